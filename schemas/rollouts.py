@@ -1,0 +1,194 @@
+"""Rollout and attempt lifecycle events: the control stream, one subject group per rollout.
+
+Statuses and ``RolloutConfig`` keep Agent Lightning 0.3's names and meaning (``types/core.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from .base import Event, Id, Json, Mode, Timestamp
+
+RolloutStatus = Literal["queuing", "preparing", "running", "succeeded", "failed", "cancelled", "requeuing"]
+"""Status of a rollout, as Agent Lightning names it (``queuing`` is the initial one)."""
+
+AttemptStatus = Literal["preparing", "running", "succeeded", "failed", "unresponsive", "timeout"]
+"""Status of one attempt, as Agent Lightning names it (``preparing`` is the initial one)."""
+
+SequenceId = Annotated[int, msgspec.Meta(ge=1)]
+"""A 1-based counter: the attempt number of a rollout, or a span's order within a rollout."""
+
+
+class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Timeouts and retry policy of a rollout; by default one attempt and no retry."""
+
+    timeout_seconds: float | None = None
+    """Longest an attempt may run before it is marked ``timeout``; None means no limit."""
+    unresponsive_seconds: float | None = None
+    """Longest silence (no heartbeat or span) before an attempt is marked ``unresponsive``."""
+    max_attempts: Annotated[int, msgspec.Meta(ge=1)] = 1
+    """Attempts allowed in total, the first included; an attempt's sequence_id is its number."""
+    retry_condition: list[AttemptStatus] = []
+    """Attempt end statuses that requeue the rollout while attempts remain; empty: never retry."""
+
+
+class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What went wrong: an exception's class name, message and optional traceback."""
+
+    type: str
+    """Exception class name, e.g. ``ValueError``."""
+    message: str
+    """The exception's message."""
+    traceback: str | None = None
+    """Formatted traceback, when the producer had one."""
+
+
+class RolloutQueued(Event, frozen=True, kw_only=True):
+    """A rollout was created and waits for a runner (dispatchable; status ``queuing``)."""
+
+    rollout_id: Id
+    """The rollout's id; also a subject token."""
+    input: Json
+    """The task: any JSON value, kept verbatim."""
+    mode: Mode | None = None
+    """What the rollout is for (train, val, test), if said."""
+    resources_id: Id | None = None
+    """The resources version to run with; None means the latest at claim time."""
+    config: RolloutConfig = RolloutConfig()
+    """Timeouts and retry policy."""
+    metadata: dict[str, Json] = {}
+    """Free-form metadata from the producer; values are any JSON."""
+    queued_at: Timestamp
+    """When the rollout was queued (Agent Lightning's ``start_time``)."""
+
+
+class RolloutRequeued(Event, frozen=True, kw_only=True):
+    """An attempt ended in a retryable status and attempts remain (dispatchable; ``requeuing``)."""
+
+    rollout_id: Id
+    """The rollout put back in the queue."""
+    attempt_id: Id
+    """The attempt that ended."""
+    attempt_status: AttemptStatus
+    """How that attempt ended: ``failed``, ``timeout`` or ``unresponsive``."""
+    reason: str = ""
+    """Human-readable cause, for logs and dashboards."""
+    at: Timestamp
+    """When the rollout was requeued."""
+
+
+class AttemptClaimed(Event, frozen=True, kw_only=True):
+    """A worker claimed the rollout and opened a new attempt (Agent Lightning's start, ``preparing``)."""
+
+    rollout_id: Id
+    """The rollout claimed."""
+    attempt_id: Id
+    """The new attempt's id."""
+    sequence_id: SequenceId
+    """Attempt number within the rollout: 1 for the first try, n for the n-th."""
+    worker_id: Id | None = None
+    """The claiming worker, when known."""
+    at: Timestamp
+    """When the attempt was claimed (the attempt's ``start_time``)."""
+
+
+class AttemptStarted(Event, frozen=True, kw_only=True):
+    """The attempt began running: the agent started, or its first span arrived (``running``)."""
+
+    rollout_id: Id
+    """The attempt's rollout."""
+    attempt_id: Id
+    """The attempt now running."""
+    at: Timestamp
+    """When it started running."""
+
+
+class AttemptSucceeded(Event, frozen=True, kw_only=True):
+    """The agent returned normally (``succeeded``); the rollout succeeds with it."""
+
+    rollout_id: Id
+    """The attempt's rollout."""
+    attempt_id: Id
+    """The attempt that succeeded."""
+    at: Timestamp
+    """When it ended (the attempt's ``end_time``)."""
+
+
+class AttemptFailed(Event, frozen=True, kw_only=True):
+    """The agent raised (``failed``); a retry or a final failure follows as its own event."""
+
+    rollout_id: Id
+    """The attempt's rollout."""
+    attempt_id: Id
+    """The attempt that failed."""
+    error: ErrorInfo
+    """What the agent raised."""
+    at: Timestamp
+    """When it ended (the attempt's ``end_time``)."""
+
+
+class AttemptTimedOut(Event, frozen=True, kw_only=True):
+    """The attempt ran longer than ``timeout_seconds`` (``timeout``)."""
+
+    rollout_id: Id
+    """The attempt's rollout."""
+    attempt_id: Id
+    """The attempt that ran too long."""
+    timeout_seconds: float | None = None
+    """The limit that was exceeded, as configured."""
+    at: Timestamp
+    """When the coordinator noticed."""
+
+
+class AttemptMarkedUnresponsive(Event, frozen=True, kw_only=True):
+    """No heartbeat or span for ``unresponsive_seconds`` (``unresponsive``); a later span revives it."""
+
+    rollout_id: Id
+    """The attempt's rollout."""
+    attempt_id: Id
+    """The silent attempt."""
+    last_heartbeat_at: Timestamp | None = None
+    """Last sign of life seen; None when none ever arrived (counted from the claim)."""
+    at: Timestamp
+    """When the coordinator noticed."""
+
+
+class RolloutFailed(Event, frozen=True, kw_only=True):
+    """The rollout ended in failure for good: no retry applies or attempts are spent (final)."""
+
+    rollout_id: Id
+    """The rollout that failed."""
+    attempt_id: Id | None = None
+    """Its last attempt, when there was one."""
+    reason: str
+    """Human-readable cause."""
+    at: Timestamp
+    """When the rollout ended (its ``end_time``)."""
+
+
+class RolloutCancelled(Event, frozen=True, kw_only=True):
+    """The rollout was cancelled by a user or the learner (final)."""
+
+    rollout_id: Id
+    """The rollout cancelled."""
+    reason: str = ""
+    """Why, if said."""
+    at: Timestamp
+    """When it was cancelled (its ``end_time``)."""
+
+
+RolloutEvent = (
+    RolloutQueued
+    | RolloutRequeued
+    | AttemptClaimed
+    | AttemptStarted
+    | AttemptSucceeded
+    | AttemptFailed
+    | AttemptTimedOut
+    | AttemptMarkedUnresponsive
+    | RolloutFailed
+    | RolloutCancelled
+)
+"""Every event on a rollout's subjects; the rollout decider folds these."""

@@ -1,0 +1,181 @@
+"""Stream names and subject builders: every subject voltbus uses is built here.
+
+A topology is named by a namespace (``vb`` by default) so several deployments, or every test,
+can share one nats-server without seeing each other's streams.
+
+    control stream  <NS>_CTRL   <ns>.ro.<rollout>.q   dispatchable: queued, requeued
+                                <ns>.ro.<rollout>.e   every other rollout/attempt event
+                                <ns>.res.<name>       resource versions
+                                <ns>.run.<run>        training-run events
+                                <ns>.wk.<worker>      worker status
+    spans stream    <NS>_SPANS  <ns>.sp.<shard>       spans, model calls, rewards, heartbeats
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import msgspec
+
+from .base import is_token
+from .errors import InvalidId
+from .events import AnyEvent
+from .resources import ResourcesPublished
+from .rollouts import (
+    AttemptClaimed,
+    AttemptFailed,
+    AttemptMarkedUnresponsive,
+    AttemptStarted,
+    AttemptSucceeded,
+    AttemptTimedOut,
+    RolloutCancelled,
+    RolloutFailed,
+    RolloutQueued,
+    RolloutRequeued,
+)
+from .spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanRecorded
+from .training import CheckpointSaved, RunFinished, RunStarted, StepCompleted
+from .workers import WorkerStatusReported
+
+
+def check_token(kind: str, value: str) -> str:
+    """Return ``value`` if it can be a subject token, else raise :class:`InvalidId`.
+
+    >>> check_token("rollout id", "ro-1")
+    'ro-1'
+    """
+    if not is_token(value):
+        raise InvalidId(kind, value)
+    return value
+
+
+class Topology(msgspec.Struct, frozen=True, kw_only=True):
+    """Stream and subject names for one namespace.
+
+    >>> t = Topology(namespace="vb")
+    >>> t.control_stream, t.rollout_queue("r1"), t.rollout_any("r1")
+    ('VB_CTRL', 'vb.ro.r1.q', 'vb.ro.r1.*')
+    >>> t.span_shard("r1") == t.span_shard("r1")
+    True
+    """
+
+    namespace: str = "vb"
+    """Subject prefix; stream names are its upper-case form plus a suffix."""
+    span_shards: int = 64
+    """Number of span subjects; each rollout maps to one by a stable hash."""
+
+    def __post_init__(self) -> None:
+        check_token("namespace", self.namespace)
+
+    @property
+    def control_stream(self) -> str:
+        """The durable source-of-truth stream."""
+        return f"{self.namespace.upper().replace('-', '_')}_CTRL"
+
+    @property
+    def spans_stream(self) -> str:
+        """The high-volume telemetry stream."""
+        return f"{self.namespace.upper().replace('-', '_')}_SPANS"
+
+    @property
+    def control_subjects(self) -> list[str]:
+        """Subjects captured by the control stream."""
+        ns = self.namespace
+        return [f"{ns}.ro.*.q", f"{ns}.ro.*.e", f"{ns}.res.*", f"{ns}.run.*", f"{ns}.wk.*"]
+
+    @property
+    def spans_subjects(self) -> list[str]:
+        """Subjects captured by the spans stream."""
+        return [f"{self.namespace}.sp.*"]
+
+    @property
+    def dispatchable(self) -> str:
+        """Filter of the runners' dispatch consumer: queued and requeued rollouts."""
+        return f"{self.namespace}.ro.*.q"
+
+    def rollout_queue(self, rollout_id: str) -> str:
+        """Subject of a rollout's dispatchable events."""
+        return f"{self.namespace}.ro.{check_token('rollout id', rollout_id)}.q"
+
+    def rollout_events(self, rollout_id: str) -> str:
+        """Subject of a rollout's other lifecycle events."""
+        return f"{self.namespace}.ro.{check_token('rollout id', rollout_id)}.e"
+
+    def rollout_any(self, rollout_id: str) -> str:
+        """Wildcard over all of a rollout's subjects: the scope of its optimistic concurrency."""
+        return f"{self.namespace}.ro.{check_token('rollout id', rollout_id)}.*"
+
+    def resources(self, name: str) -> str:
+        """Subject of one named resources bundle's versions."""
+        return f"{self.namespace}.res.{check_token('resources name', name)}"
+
+    def run(self, run_id: str) -> str:
+        """Subject of one training run's events."""
+        return f"{self.namespace}.run.{check_token('run id', run_id)}"
+
+    def worker(self, worker_id: str) -> str:
+        """Subject of one worker's status events."""
+        return f"{self.namespace}.wk.{check_token('worker id', worker_id)}"
+
+    def span_shard(self, rollout_id: str) -> str:
+        """Span subject of a rollout: a stable hash of its id modulo the shard count."""
+        shard = zlib.crc32(rollout_id.encode()) % self.span_shards
+        return f"{self.namespace}.sp.{shard}"
+
+
+def subject_for(topology: Topology, event: AnyEvent) -> str:
+    """The subject an event is appended to.
+
+    >>> from voltbus.schemas.rollouts import AttemptStarted
+    >>> subject_for(Topology(), AttemptStarted(event_id="e", rollout_id="r1", attempt_id="a", at=0))
+    'vb.ro.r1.e'
+    """
+    match event:
+        case RolloutQueued() | RolloutRequeued():
+            return topology.rollout_queue(event.rollout_id)
+        case (
+            AttemptClaimed()
+            | AttemptStarted()
+            | AttemptSucceeded()
+            | AttemptFailed()
+            | AttemptTimedOut()
+            | AttemptMarkedUnresponsive()
+            | RolloutFailed()
+            | RolloutCancelled()
+        ):
+            return topology.rollout_events(event.rollout_id)
+        case ResourcesPublished():
+            return topology.resources(event.name)
+        case RunStarted() | StepCompleted() | CheckpointSaved() | RunFinished():
+            return topology.run(event.run_id)
+        case WorkerStatusReported():
+            return topology.worker(event.worker_id)
+        case SpanRecorded() | ModelCalled() | RewardReported() | AttemptHeartbeatSent():
+            return topology.span_shard(event.rollout_id)
+        case _:
+            raise TypeError(f"not a voltbus event: {event!r}")
+
+
+def aggregate_of(event: AnyEvent) -> str | None:
+    """The rollout id of a rollout lifecycle event (its OCC aggregate), else None.
+
+    >>> from voltbus.schemas.training import RunFinished
+    >>> aggregate_of(RunFinished(event_id="e", run_id="run-1", status="succeeded", at=0)) is None
+    True
+    """
+    match event:
+        case (
+            RolloutQueued()
+            | RolloutRequeued()
+            | AttemptClaimed()
+            | AttemptStarted()
+            | AttemptSucceeded()
+            | AttemptFailed()
+            | AttemptTimedOut()
+            | AttemptMarkedUnresponsive()
+            | RolloutFailed()
+            | RolloutCancelled()
+        ):
+            return event.rollout_id
+        case _:
+            return None

@@ -1,0 +1,82 @@
+"""Worker status reports: what a runner is doing and its host's health (control stream).
+
+Fields follow Agent Lightning's ``Worker`` and its ``system_snapshot`` heartbeat stats.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from .base import Event, Id, Timestamp
+
+WorkerStatus = Literal["busy", "idle", "unknown"]
+"""What a worker is doing, as Agent Lightning names it."""
+
+
+class GpuStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Health of one GPU."""
+
+    gpu: str | int
+    """GPU name or index."""
+    util_pct: float | None = None
+    """Utilisation, percent."""
+    mem_used_mb: float | None = None
+    """Memory used, MB."""
+    mem_total_mb: float | None = None
+    """Memory installed, MB."""
+    temp_c: float | None = None
+    """Temperature, degrees Celsius."""
+
+
+class HeartbeatStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A host snapshot sent with a heartbeat; every field is optional."""
+
+    cpu_name: str | None = None
+    """CPU model name."""
+    cpu_cores: int | None = None
+    """Physical cores."""
+    cpu_threads: int | None = None
+    """Logical cores."""
+    cpu_usage_pct: float | None = None
+    """CPU usage, percent."""
+    mem_used_gb: float | None = None
+    """Memory used, GB."""
+    mem_total_gb: float | None = None
+    """Memory installed, GB."""
+    mem_pct: float | None = None
+    """Memory used, percent."""
+    disk_used_gb: float | None = None
+    """Disk used, GB."""
+    disk_total_gb: float | None = None
+    """Disk size, GB."""
+    disk_pct: float | None = None
+    """Disk used, percent."""
+    bytes_sent_mb: float | None = None
+    """Network bytes sent since boot, MB."""
+    bytes_recv_mb: float | None = None
+    """Network bytes received since boot, MB."""
+    host: str | None = None
+    """Host name."""
+    os: str | None = None
+    """Operating system."""
+    gpus: list[GpuStats] = []
+    """One entry per GPU, when GPU stats were collected."""
+
+
+class WorkerStatusReported(Event, frozen=True, kw_only=True):
+    """A worker reported its status, current assignment and host health."""
+
+    worker_id: Id
+    """The worker, e.g. ``Worker-0``; also a subject token."""
+    status: WorkerStatus = "unknown"
+    """What it is doing."""
+    current_rollout_id: Id | None = None
+    """The rollout it is running, when busy."""
+    current_attempt_id: Id | None = None
+    """The attempt it is running, when busy."""
+    heartbeat_stats: HeartbeatStats | None = None
+    """Host snapshot, when sent with a heartbeat."""
+    at: Timestamp
+    """When the report was made (the worker's ``last_heartbeat_time``)."""

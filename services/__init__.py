@@ -1,0 +1,1 @@
+"""voltbus services: modules here are shared plumbing, each sub-package is a deployable service."""

@@ -1,0 +1,25 @@
+"""The event log: the only code that writes to JetStream (a library, not a service).
+
+Stream setup, exactly-once appends (message-id dedup plus per-rollout optimistic concurrency with
+ambiguity resolution), aggregate reads, pipelined span publishing and ordered replay.
+"""
+
+from __future__ import annotations
+
+from .connection import connect
+from .log import Decider, EventLog
+from .records import Appended, BadEvent, Envelope
+from .streams import control_config, ensure_streams, spans_config, topology_of
+
+__all__ = [
+    "Appended",
+    "BadEvent",
+    "Decider",
+    "Envelope",
+    "EventLog",
+    "connect",
+    "control_config",
+    "ensure_streams",
+    "spans_config",
+    "topology_of",
+]

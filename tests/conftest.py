@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from voltbus.services.eventlog import EventLog
 from voltbus.services.natsserver import NatsServer
 from voltbus.services.settings import BusSettings, NatsSettings
@@ -48,7 +47,9 @@ def namespace() -> str:
 @pytest.fixture
 def nats_settings(nats_server: NatsServer, namespace: str) -> NatsSettings:
     """Client settings pointing at the session server, in a fresh namespace."""
-    return NatsSettings(url=nats_server.url, namespace=namespace, request_timeout_s=2.0, connect_timeout_s=1.0)
+    return NatsSettings(
+        url=nats_server.url, namespace=namespace, request_timeout_s=2.0, connect_timeout_s=1.0
+    )
 
 
 @pytest.fixture

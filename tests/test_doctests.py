@@ -1,4 +1,4 @@
-"""Every ``voltbus.schemas`` module's doctests pass."""
+"""Every module's doctests pass: the contract, the services' plumbing and the CLI."""
 
 from __future__ import annotations
 
@@ -8,8 +8,17 @@ import pkgutil
 
 import pytest
 import voltbus.schemas
+import voltbus.services
 
-MODULES = sorted(f"voltbus.schemas.{m.name}" for m in pkgutil.iter_modules(voltbus.schemas.__path__))
+import voltbus
+
+
+def modules(package: object) -> list[str]:
+    """Every module under ``package``, recursively."""
+    return [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]  # type: ignore[attr-defined]
+
+
+MODULES = sorted(set(modules(voltbus.schemas) + modules(voltbus.services)))
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -18,7 +18,6 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import Header
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
-
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import ConcurrencyConflict, PayloadTooLarge, PublishFailed
 
@@ -90,7 +89,9 @@ class Writer:
                 if exc.err_code == BATCH_DUPLICATE_ID:
                     return Appended(seq=await self._seq_of(messages[-1]), already_applied=True)
                 raise PublishFailed([m.event_id for m in messages], _describe(exc)) from None
-        raise PublishFailed([m.event_id for m in messages], f"no acknowledgement after {self.retries + 1} tries")
+        raise PublishFailed(
+            [m.event_id for m in messages], f"no acknowledgement after {self.retries + 1} tries"
+        )
 
     async def _publish_one(self, m: Message, expect: Expectation | None) -> Appended:
         headers = {Header.MSG_ID: m.event_id, **(expect.headers() if expect else {})}
@@ -127,7 +128,9 @@ class Writer:
         seq = expect.seq
         for m in messages:
             try:
-                stored = await self.js.get_msg(self.stream, seq=seq + 1, subject=expect.scope, direct=True, next=True)
+                stored = await self.js.get_msg(
+                    self.stream, seq=seq + 1, subject=expect.scope, direct=True, next=True
+                )
             except NotFoundError:
                 stored = None
             if stored is None or (stored.headers or {}).get(Header.MSG_ID) != m.event_id:
@@ -146,7 +149,9 @@ class Writer:
     async def _seq_of(self, m: Message) -> int:
         return await self.head(m.subject)
 
-    async def append_many(self, items: Sequence[tuple[Message, Expectation | None]]) -> list[Appended | ConcurrencyConflict]:
+    async def append_many(
+        self, items: Sequence[tuple[Message, Expectation | None]]
+    ) -> list[Appended | ConcurrencyConflict]:
         """Many independent single-event appends, pipelined; each outcome is exact.
 
         Pipelined publishes are bounded by a timeout (nats-py 2.16 never resolves a pipelined publish

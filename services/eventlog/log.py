@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Literal, Protocol, TypeVar
 
 from nats.aio.client import Client
-
 from voltbus.schemas import codec
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import ConcurrencyConflict
@@ -44,7 +43,9 @@ class EventLog:
 
     def __init__(self, nc: Client, settings: NatsSettings) -> None:
         self.nc = nc
-        self.js = nc.jetstream(timeout=settings.request_timeout_s, publish_async_max_pending=settings.span_window)
+        self.js = nc.jetstream(
+            timeout=settings.request_timeout_s, publish_async_max_pending=settings.span_window
+        )
         self.settings = settings
         self.topology: Topology = topology_of(settings)
         timeout, retries = settings.request_timeout_s, settings.publish_retries
@@ -87,7 +88,9 @@ class EventLog:
         aggregates = {aggregate_of(e) for e in events}
         if len(aggregates) > 1:
             raise ValueError(f"one append covers one aggregate, got {sorted(map(str, aggregates))}")
-        return await self.control.append([self._message(e) for e in events], self._expectation(events, expected_seq))
+        return await self.control.append(
+            [self._message(e) for e in events], self._expectation(events, expected_seq)
+        )
 
     async def append_many(
         self, events: Sequence[AnyEvent], expected_seq: int | None = 0
@@ -105,11 +108,15 @@ class EventLog:
     async def read(self, rollout_id: str, after_seq: int = 0) -> tuple[list[Envelope], int]:
         """A rollout's events in order and its last sequence (0: the rollout does not exist)."""
         scope = self.topology.rollout_any(rollout_id)
-        return await read_subject(self.js, self.topology.control_stream, scope, codec.decode_control, after_seq)
+        return await read_subject(
+            self.js, self.topology.control_stream, scope, codec.decode_control, after_seq
+        )
 
     async def read_subject(self, subject: str, after_seq: int = 0) -> tuple[list[Envelope], int]:
         """Events of any control subject (a resources bundle, a run, a worker) and its last sequence."""
-        return await read_subject(self.js, self.topology.control_stream, subject, codec.decode_control, after_seq)
+        return await read_subject(
+            self.js, self.topology.control_stream, subject, codec.decode_control, after_seq
+        )
 
     async def head(self, rollout_id: str) -> int:
         """The last sequence of a rollout (0 when it does not exist)."""

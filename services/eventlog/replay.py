@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Callable
 
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
-
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError
 
@@ -40,14 +39,18 @@ async def replay_stream(
     else:
         config = ConsumerConfig(opt_start_seq=max(from_seq, 1))
         policy = DeliverPolicy.BY_START_SEQUENCE
-    sub = await js.subscribe(subjects, stream=stream, ordered_consumer=True, deliver_policy=policy, config=config)
+    sub = await js.subscribe(
+        subjects, stream=stream, ordered_consumer=True, deliver_policy=policy, config=config
+    )
     try:
         while True:
             msg = await sub.next_msg(timeout=idle_timeout)
             meta = msg.metadata
             seq = meta.sequence.stream
             try:
-                yield Envelope(seq=seq, subject=msg.subject, time=meta.timestamp.timestamp(), event=decode(msg.data))
+                yield Envelope(
+                    seq=seq, subject=msg.subject, time=meta.timestamp.timestamp(), event=decode(msg.data)
+                )
             except DecodeError as exc:
                 yield BadEvent(seq=seq, subject=msg.subject, data=msg.data, reason=exc.reason)
             if seq >= end or meta.num_pending == 0:

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 from nats.js import JetStreamContext
 from nats.js.api import Header
-
 from voltbus.schemas.errors import PublishFailed
 
 from .append import Message
@@ -23,9 +22,7 @@ log = logging.getLogger(__name__)
 
 async def _window(js: JetStreamContext, batch: Sequence[Message], timeout: float) -> list[Message]:
     """Publish one window; return the messages that were not acknowledged."""
-    futures = [
-        await js.publish_async(m.subject, m.data, headers={Header.MSG_ID: m.event_id}) for m in batch
-    ]
+    futures = [await js.publish_async(m.subject, m.data, headers={Header.MSG_ID: m.event_id}) for m in batch]
     await asyncio.wait(futures, timeout=timeout)
     failed = []
     for m, fut in zip(batch, futures, strict=True):

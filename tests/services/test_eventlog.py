@@ -7,7 +7,6 @@ import asyncio
 import msgspec
 import pytest
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
-
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import BusUnavailable, ConcurrencyConflict, PayloadTooLarge, StreamConfigMismatch
 from voltbus.schemas.rollouts import (
@@ -23,11 +22,15 @@ from voltbus.services.settings import NatsSettings
 
 def queued(rid: str, tag: str = "q", size: int = 0) -> RolloutQueued:
     payload = msgspec.json.encode({"task": rid, "pad": "x" * size})
-    return RolloutQueued(event_id=derive_id(rid, tag), rollout_id=rid, input=msgspec.Raw(payload), queued_at=1.0)
+    return RolloutQueued(
+        event_id=derive_id(rid, tag), rollout_id=rid, input=msgspec.Raw(payload), queued_at=1.0
+    )
 
 
 def started(rid: str, n: int, writer: str = "") -> AttemptStarted:
-    return AttemptStarted(event_id=derive_id(rid, "started", n, writer), rollout_id=rid, attempt_id=f"a{n}", at=n)
+    return AttemptStarted(
+        event_id=derive_id(rid, "started", n, writer), rollout_id=rid, attempt_id=f"a{n}", at=n
+    )
 
 
 async def stored(log: EventLog) -> list[Envelope]:
@@ -47,7 +50,9 @@ async def test_incompatible_stream_is_refused_naming_the_setting(nats_settings: 
     log = EventLog(await connect(nats_settings), nats_settings)
     try:
         wanted = control_config(nats_settings)
-        bad = StreamConfig(name=wanted.name, subjects=wanted.subjects, storage=StorageType.FILE, discard=DiscardPolicy.OLD)
+        bad = StreamConfig(
+            name=wanted.name, subjects=wanted.subjects, storage=StorageType.FILE, discard=DiscardPolicy.OLD
+        )
         await log.js.add_stream(bad)
         with pytest.raises(StreamConfigMismatch, match="discard") as err:
             await log.ensure_streams()
@@ -108,11 +113,18 @@ async def test_twenty_concurrent_writers_one_transition_per_sequence(eventlog: E
 async def test_multi_event_append_is_atomic_and_idempotent(eventlog: EventLog) -> None:
     q = await eventlog.append([queued("r2")], expected_seq=0)
     failed = AttemptFailed(
-        event_id=derive_id("r2", "failed"), rollout_id="r2", attempt_id="a1",
-        error=ErrorInfo(type="ValueError", message="boom"), at=2.0,
+        event_id=derive_id("r2", "failed"),
+        rollout_id="r2",
+        attempt_id="a1",
+        error=ErrorInfo(type="ValueError", message="boom"),
+        at=2.0,
     )
     requeued = RolloutRequeued(
-        event_id=derive_id("r2", "requeued"), rollout_id="r2", attempt_id="a1", attempt_status="failed", at=2.0
+        event_id=derive_id("r2", "requeued"),
+        rollout_id="r2",
+        attempt_id="a1",
+        attempt_status="failed",
+        at=2.0,
     )
     ack = await eventlog.append([failed, requeued], expected_seq=q.seq)
     envelopes, last = await eventlog.read("r2")

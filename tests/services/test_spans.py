@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import PublishFailed
 from voltbus.schemas.spans import SpanRecorded, SpanStatus

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import msgspec
 import pytest
-
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import IllegalTransition
 from voltbus.schemas.events import AnyEvent
@@ -46,11 +45,21 @@ class CounterDecider:
         if cancelled:
             raise IllegalTransition(command.rollout_id, "cancelled", "Step")
         if command.n == 0:
-            return [RolloutCancelled(event_id=derive_id(command.rollout_id, "cancel"), rollout_id=command.rollout_id, at=0)]
+            return [
+                RolloutCancelled(
+                    event_id=derive_id(command.rollout_id, "cancel"), rollout_id=command.rollout_id, at=0
+                )
+            ]
         if command.n <= count:
             return []  # already applied: idempotent
-        return [AttemptStarted(event_id=derive_id(command.rollout_id, command.n), rollout_id=command.rollout_id,
-                               attempt_id=f"a{command.n}", at=command.n)]
+        return [
+            AttemptStarted(
+                event_id=derive_id(command.rollout_id, command.n),
+                rollout_id=command.rollout_id,
+                attempt_id=f"a{command.n}",
+                at=command.n,
+            )
+        ]
 
     @staticmethod
     def is_terminal(state: tuple[int, bool]) -> bool:
@@ -82,6 +91,8 @@ async def test_refused_command_appends_nothing(eventlog: EventLog) -> None:
 async def test_racing_transacts_each_apply_exactly_once(eventlog: EventLog) -> None:
     await create(eventlog, "t3")
     # ten writers each push the same five commands concurrently
-    await asyncio.gather(*(eventlog.transact(CounterDecider, "t3", Step("t3", n)) for n in range(1, 6) for _ in range(10)))
+    await asyncio.gather(
+        *(eventlog.transact(CounterDecider, "t3", Step("t3", n)) for n in range(1, 6) for _ in range(10))
+    )
     envelopes, _ = await eventlog.read("t3")
     assert [e.event.attempt_id for e in envelopes[1:]] == ["a1", "a2", "a3", "a4", "a5"]

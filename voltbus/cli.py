@@ -1,0 +1,128 @@
+"""The ``voltbus`` command line: one subcommand per service plus operations commands.
+
+Each command builds Settings once, applies its flags, and calls a service's entry point. Errors a
+user can fix are printed as one line (``voltbus: error: ...``) with exit code 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from voltbus.schemas.errors import VoltbusError
+from voltbus.services.log import configure_logging
+from voltbus.services.settings import Settings
+
+app = typer.Typer(
+    name="voltbus",
+    help="Event-sourced RL and prompt optimization for AI agents.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+schemas_app = typer.Typer(help="The event contract.", no_args_is_help=True)
+app.add_typer(schemas_app, name="schemas")
+
+NatsUrl = Annotated[str | None, typer.Option("--nats-url", help="NATS URL [env: VOLTBUS_NATS__URL]")]
+
+
+def settings_for(nats_url: str | None = None) -> Settings:
+    """Settings from the environment, with command-line flags on top."""
+    settings = Settings()
+    if nats_url:
+        settings.nats.url = nats_url
+    configure_logging(settings.log_level)
+    return settings
+
+
+def say(line: str) -> None:
+    """Progress output for people."""
+    typer.echo(f"voltbus: {line}")
+
+
+@app.command()
+def nats(
+    data_dir: Annotated[
+        Path | None, typer.Option(help="JetStream store [env: VOLTBUS_BUS__DATA_DIR]")
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="Interface to bind (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="Client port (default 4222)")] = None,
+    monitor_port: Annotated[
+        int | None, typer.Option(help="Monitoring port, 0 to disable (default 8222)")
+    ] = None,
+) -> None:
+    """Run the embedded NATS JetStream bus in the foreground (Ctrl-C stops it)."""
+    from voltbus.services.natsserver import serve_forever
+
+    settings = settings_for()
+    updates = {"data_dir": data_dir, "host": host, "port": port, "monitor_port": monitor_port}
+    settings.bus = settings.bus.model_copy(update={k: v for k, v in updates.items() if v is not None})
+    raise typer.Exit(serve_forever(settings, say))
+
+
+@app.command()
+def check(
+    nats_url: NatsUrl = None,
+    rollouts: Annotated[int, typer.Option(help="Rollouts to enqueue")] = 1000,
+    spans: Annotated[int, typer.Option(help="Spans to publish")] = 5000,
+    namespace: Annotated[str, typer.Option(help="Namespace the check writes to")] = "vbcheck",
+) -> None:
+    """Self-check a running bus: append, conflict, deduplicate, publish spans, replay."""
+    from voltbus.services.selfcheck import run_selfcheck
+
+    settings = settings_for(nats_url)
+    settings.nats.namespace = namespace
+    asyncio.run(run_selfcheck(settings.nats, rollouts, spans, say))
+    say("self-check passed")
+
+
+@app.command()
+def demo(
+    rollouts: Annotated[int, typer.Option(help="Rollouts to enqueue")] = 1000,
+    spans: Annotated[int, typer.Option(help="Spans to publish")] = 5000,
+) -> None:
+    """The main job on embedded defaults: start a bus (unless one answers), then run the self-check."""
+    from voltbus.services.demo import run_demo
+
+    settings = settings_for()
+    run_demo(settings, rollouts, spans, say)
+
+
+@app.command()
+def streams(nats_url: NatsUrl = None) -> None:
+    """Create the streams if needed and print their state."""
+    from voltbus.services.streaminfo import show_streams
+
+    settings = settings_for(nats_url)
+    asyncio.run(show_streams(settings.nats, say))
+
+
+@schemas_app.command("export")
+def schemas_export(
+    out: Annotated[Path, typer.Option(help="Directory for the JSON Schema files")] = Path("schemas/json"),
+) -> None:
+    """Write a JSON Schema per event type (commit the result; a test checks it is current)."""
+    from voltbus.schemas.catalog import json_schemas
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = json_schemas()
+    for stale in set(p.name for p in out.glob("*.json")) - set(files):
+        (out / stale).unlink()
+    for name, content in files.items():
+        (out / name).write_bytes(content)
+    say(f"wrote {len(files)} schemas to {out}")
+
+
+def main() -> None:
+    """Console entry point: run the app, turning voltbus errors into one line and exit code 1."""
+    try:
+        app()
+    except VoltbusError as exc:
+        typer.echo(f"voltbus: error: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -62,6 +62,7 @@ from .resources import (
     WeightsRef,
 )
 from .rollouts import (
+    DISPATCHABLE,
     AttemptClaimed,
     AttemptFailed,
     AttemptMarkedUnresponsive,
@@ -69,6 +70,7 @@ from .rollouts import (
     AttemptStatus,
     AttemptSucceeded,
     AttemptTimedOut,
+    AttemptUpdated,
     ErrorInfo,
     RolloutCancelled,
     RolloutConfig,
@@ -76,7 +78,9 @@ from .rollouts import (
     RolloutFailed,
     RolloutQueued,
     RolloutRequeued,
+    RolloutStarted,
     RolloutStatus,
+    RolloutUpdated,
     SequenceId,
 )
 from .spans import (
@@ -124,6 +128,7 @@ __all__ = [
     "AttemptStatus",
     "AttemptSucceeded",
     "AttemptTimedOut",
+    "AttemptUpdated",
     "AttributeValue",
     "Attributes",
     "BusStartFailed",
@@ -132,6 +137,7 @@ __all__ = [
     "Command",
     "ConcurrencyConflict",
     "ControlEvent",
+    "DISPATCHABLE",
     "DecodeError",
     "EVENT_TYPES",
     "ErrorInfo",
@@ -160,7 +166,9 @@ __all__ = [
     "RolloutFailed",
     "RolloutQueued",
     "RolloutRequeued",
+    "RolloutStarted",
     "RolloutStatus",
+    "RolloutUpdated",
     "RunFinished",
     "RunStarted",
     "SCHEMA_VERSION",

@@ -35,6 +35,15 @@ class UnknownRollout(InvalidCommand):
         super().__init__(f"unknown rollout {rollout_id!r}")
 
 
+class UnknownAttempt(InvalidCommand):
+    """The attempt id is not an attempt of the rollout."""
+
+    def __init__(self, rollout_id: str, attempt_id: str) -> None:
+        self.rollout_id = rollout_id
+        self.attempt_id = attempt_id
+        super().__init__(f"unknown attempt {attempt_id!r} of rollout {rollout_id!r}")
+
+
 class IllegalTransition(InvalidCommand):
     """The command is not allowed in the aggregate's current state."""
 

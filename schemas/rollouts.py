@@ -92,6 +92,8 @@ class AttemptClaimed(Event, frozen=True, kw_only=True):
     """The claiming worker, when known."""
     at: Timestamp
     """When the attempt was claimed (the attempt's ``start_time``)."""
+    dispatch_event_id: Id | None = None
+    """The queued/requeued event this claim consumed; None for a direct ``start_attempt``."""
 
 
 class AttemptStarted(Event, frozen=True, kw_only=True):
@@ -179,6 +181,61 @@ class RolloutCancelled(Event, frozen=True, kw_only=True):
     """When it was cancelled (its ``end_time``)."""
 
 
+class RolloutStarted(Event, frozen=True, kw_only=True):
+    """A rollout created and claimed at once, bypassing the queue (Agent Lightning's ``start_rollout``)."""
+
+    rollout_id: Id
+    """The new rollout's id."""
+    input: Json
+    """The task, any JSON."""
+    mode: Mode | None = None
+    """train, val or test."""
+    resources_id: Id | None = None
+    """Resources version the rollout runs with (the latest at creation when not given)."""
+    config: RolloutConfig = RolloutConfig()
+    """Timeouts and retry policy."""
+    metadata: dict[str, Json] = {}
+    """Free-form metadata."""
+    attempt_id: Id
+    """Attempt 1's id."""
+    worker_id: Id | None = None
+    """The worker that started it, when known."""
+    at: Timestamp
+    """Creation time: the rollout's and attempt 1's ``start_time``."""
+
+
+class RolloutUpdated(Event, frozen=True, kw_only=True):
+    """Fields of a rollout changed (``update_rollout`` without a status); absent fields keep their value."""
+
+    rollout_id: Id
+    """The rollout updated."""
+    mode: Mode | None | msgspec.UnsetType = msgspec.UNSET
+    """New mode, when changed."""
+    resources_id: Id | None | msgspec.UnsetType = msgspec.UNSET
+    """New resources version, when changed."""
+    config: RolloutConfig | msgspec.UnsetType = msgspec.UNSET
+    """New config, when changed."""
+    metadata: dict[str, Json] | msgspec.UnsetType = msgspec.UNSET
+    """New metadata (replaces the old), when changed."""
+    at: Timestamp
+    """When it was updated."""
+
+
+class AttemptUpdated(Event, frozen=True, kw_only=True):
+    """Fields of an attempt changed (``update_attempt`` without a status); absent fields keep their value."""
+
+    rollout_id: Id
+    """The attempt's rollout."""
+    attempt_id: Id
+    """The attempt updated."""
+    worker_id: Id | None | msgspec.UnsetType = msgspec.UNSET
+    """New worker id, when changed."""
+    metadata: dict[str, Json] | msgspec.UnsetType = msgspec.UNSET
+    """New metadata (replaces the old), when changed."""
+    at: Timestamp
+    """When it was updated."""
+
+
 RolloutEvent = (
     RolloutQueued
     | RolloutRequeued
@@ -190,5 +247,11 @@ RolloutEvent = (
     | AttemptMarkedUnresponsive
     | RolloutFailed
     | RolloutCancelled
+    | RolloutStarted
+    | RolloutUpdated
+    | AttemptUpdated
 )
 """Every event on a rollout's subjects; the rollout decider folds these."""
+
+DISPATCHABLE = (RolloutQueued, RolloutRequeued)
+"""Events stored on a rollout's dispatch subject, which runners consume."""

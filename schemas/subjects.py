@@ -13,6 +13,7 @@ can share one nats-server without seeing each other's streams.
 
 from __future__ import annotations
 
+import typing
 import zlib
 
 import msgspec
@@ -21,21 +22,12 @@ from .base import is_token
 from .errors import InvalidId
 from .events import AnyEvent
 from .resources import ResourcesPublished
-from .rollouts import (
-    AttemptClaimed,
-    AttemptFailed,
-    AttemptMarkedUnresponsive,
-    AttemptStarted,
-    AttemptSucceeded,
-    AttemptTimedOut,
-    RolloutCancelled,
-    RolloutFailed,
-    RolloutQueued,
-    RolloutRequeued,
-)
+from .rollouts import RolloutEvent, RolloutQueued, RolloutRequeued
 from .spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanRecorded
 from .training import CheckpointSaved, RunFinished, RunStarted, StepCompleted
 from .workers import WorkerStatusReported
+
+_ROLLOUT_EVENTS: tuple[type, ...] = typing.get_args(RolloutEvent)
 
 
 def check_token(kind: str, value: str) -> str:
@@ -133,16 +125,7 @@ def subject_for(topology: Topology, event: AnyEvent) -> str:
     match event:
         case RolloutQueued() | RolloutRequeued():
             return topology.rollout_queue(event.rollout_id)
-        case (
-            AttemptClaimed()
-            | AttemptStarted()
-            | AttemptSucceeded()
-            | AttemptFailed()
-            | AttemptTimedOut()
-            | AttemptMarkedUnresponsive()
-            | RolloutFailed()
-            | RolloutCancelled()
-        ):
+        case _ if isinstance(event, _ROLLOUT_EVENTS):
             return topology.rollout_events(event.rollout_id)
         case ResourcesPublished():
             return topology.resources(event.name)
@@ -163,19 +146,4 @@ def aggregate_of(event: AnyEvent) -> str | None:
     >>> aggregate_of(RunFinished(event_id="e", run_id="run-1", status="succeeded", at=0)) is None
     True
     """
-    match event:
-        case (
-            RolloutQueued()
-            | RolloutRequeued()
-            | AttemptClaimed()
-            | AttemptStarted()
-            | AttemptSucceeded()
-            | AttemptFailed()
-            | AttemptTimedOut()
-            | AttemptMarkedUnresponsive()
-            | RolloutFailed()
-            | RolloutCancelled()
-        ):
-            return event.rollout_id
-        case _:
-            return None
+    return event.rollout_id if isinstance(event, _ROLLOUT_EVENTS) else None

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable
 
 import msgspec
+
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import ConcurrencyConflict, VoltbusError
 from voltbus.schemas.rollouts import AttemptClaimed, RolloutQueued

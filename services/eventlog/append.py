@@ -18,6 +18,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import Header
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
+
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import ConcurrencyConflict, PayloadTooLarge, PublishFailed
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from nats.aio.client import Client
+
 from voltbus.schemas.errors import BusUnavailable
 
 from ..settings import NatsSettings

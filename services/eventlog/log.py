@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Literal, Protocol, TypeVar
 
 from nats.aio.client import Client
+
 from voltbus.schemas import codec
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import ConcurrencyConflict

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
+
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
+
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError
 

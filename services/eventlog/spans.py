@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from nats.js import JetStreamContext
 from nats.js.api import Header
+
 from voltbus.schemas.errors import PublishFailed
 
 from .append import Message

@@ -17,6 +17,7 @@ from nats.js.api import (
     StreamConfig,
 )
 from nats.js.errors import NotFoundError
+
 from voltbus.schemas.errors import StreamConfigMismatch
 from voltbus.schemas.subjects import Topology
 

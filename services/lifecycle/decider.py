@@ -1,0 +1,231 @@
+"""The rollout decider: rollout and attempt lifecycles as four pure functions (no clock, ids or I/O).
+
+Agent Lightning 0.3's statuses and retry policy, with its quirks fixed: terminal rollouts absorb
+everything, cancel ends the running attempt, unknown ids are errors, late spans never revive.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from voltbus.schemas.base import derive_id
+from voltbus.schemas.commands import (
+    CancelRollout,
+    ClaimRollout,
+    ExpireAttempt,
+    FinishAttempt,
+    MarkAttemptRunning,
+    ParkRollout,
+    QueueRollout,
+    RolloutCommand,
+    StartAttempt,
+    StartRollout,
+    UpdateAttempt,
+    UpdateRollout,
+)
+from voltbus.schemas.errors import IllegalTransition, UnknownAttempt, UnknownRollout
+from voltbus.schemas.rollouts import (
+    AttemptClaimed,
+    AttemptFailed,
+    AttemptMarkedUnresponsive,
+    AttemptStarted,
+    AttemptSucceeded,
+    AttemptTimedOut,
+    AttemptUpdated,
+    ErrorInfo,
+    RolloutCancelled,
+    RolloutEvent,
+    RolloutFailed,
+    RolloutQueued,
+    RolloutRequeued,
+    RolloutStarted,
+    RolloutUpdated,
+)
+
+from .evolve import evolve
+from .state import ACTIVE_ATTEMPT, QUEUED_ROLLOUT, TERMINAL_ROLLOUT, AttemptState, RolloutState, retry_status
+
+_encode = msgspec.json.Encoder().encode
+
+
+__all__ = ["decide", "evolve", "initial_state", "is_terminal"]
+
+
+def initial_state() -> RolloutState:
+    """A rollout that does not exist yet."""
+    return RolloutState()
+
+
+def is_terminal(state: RolloutState) -> bool:
+    """Succeeded, failed and cancelled rollouts absorb every later event."""
+    return state.status in TERMINAL_ROLLOUT
+
+
+def _id(cmd: RolloutCommand, *parts: str) -> str:
+    """Event id from the whole command: a retried command yields the same ids, another one new ids."""
+    return derive_id(cmd.rollout_id, type(cmd).__name__, _encode(cmd).hex(), *parts)
+
+
+def _illegal(state: RolloutState, cmd: RolloutCommand, what: str = "") -> IllegalTransition:
+    return IllegalTransition(cmd.rollout_id + (f"/{what}" if what else ""), str(state.status), type(cmd).__name__)
+
+
+def _attempt(
+    state: RolloutState, cmd: FinishAttempt | ExpireAttempt | MarkAttemptRunning | UpdateAttempt
+) -> AttemptState:
+    found = state.attempt(cmd.attempt_id)
+    if found is None:
+        raise UnknownAttempt(cmd.rollout_id, cmd.attempt_id)
+    return found
+
+
+def _after_attempt(
+    state: RolloutState, attempt: AttemptState, status: str, cmd: FinishAttempt | ExpireAttempt, reason: str
+) -> RolloutEvent:
+    """The rollout event that follows an unsuccessful end of its latest attempt: requeue or fail."""
+    if retry_status(status, attempt.sequence_id, state.config) == "requeuing":  # type: ignore[arg-type]
+        return RolloutRequeued(
+            event_id=_id(cmd, "requeued"),
+            rollout_id=cmd.rollout_id,
+            attempt_id=attempt.attempt_id,
+            attempt_status=status,
+            reason=reason,  # type: ignore[arg-type]
+            at=cmd.at,
+        )
+    return RolloutFailed(
+        event_id=_id(cmd, "failed"), rollout_id=cmd.rollout_id, attempt_id=attempt.attempt_id, reason=reason, at=cmd.at
+    )
+
+
+def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
+    """The events ``cmd`` produces in ``state``: [] for a repeat, an InvalidCommand when refused."""
+    if state.status is None and not isinstance(cmd, QueueRollout | StartRollout):
+        raise UnknownRollout(cmd.rollout_id)
+    match cmd:
+        case QueueRollout() | StartRollout():
+            if state.status is not None:
+                if state.created_event_id == _id(cmd, "created"):
+                    return []
+                raise _illegal(state, cmd)
+            fields = {k: getattr(cmd, k) for k in ("input", "mode", "resources_id", "config", "metadata")}
+            if isinstance(cmd, QueueRollout):
+                return [
+                    RolloutQueued(event_id=_id(cmd, "created"), rollout_id=cmd.rollout_id, queued_at=cmd.at, **fields)
+                ]
+            return [
+                RolloutStarted(
+                    event_id=_id(cmd, "created"),
+                    rollout_id=cmd.rollout_id,
+                    attempt_id=cmd.attempt_id,
+                    worker_id=cmd.worker_id,
+                    at=cmd.at,
+                    **fields,
+                )
+            ]
+        case ClaimRollout() | StartAttempt():
+            if state.latest is not None and state.latest.attempt_id == cmd.attempt_id:
+                return []
+            claimable = isinstance(cmd, StartAttempt) or (
+                state.status in QUEUED_ROLLOUT and state.dispatch_event_id == cmd.dispatch_event_id
+            )
+            if is_terminal(state) or not claimable:
+                raise _illegal(state, cmd)
+            return [
+                AttemptClaimed(
+                    event_id=_id(cmd, "claimed"),
+                    rollout_id=cmd.rollout_id,
+                    attempt_id=cmd.attempt_id,
+                    sequence_id=len(state.attempts) + 1,
+                    worker_id=cmd.worker_id,
+                    at=cmd.at,
+                    dispatch_event_id=getattr(cmd, "dispatch_event_id", None),
+                )
+            ]
+        case MarkAttemptRunning():
+            attempt = _attempt(state, cmd)
+            if attempt is not state.latest or attempt.status != "preparing" or is_terminal(state):
+                return []
+            return [
+                AttemptStarted(
+                    event_id=_id(cmd, "running"), rollout_id=cmd.rollout_id, attempt_id=cmd.attempt_id, at=cmd.at
+                )
+            ]
+        case FinishAttempt():
+            return _finish(cmd, state, _attempt(state, cmd))
+        case ExpireAttempt():
+            attempt = _attempt(state, cmd)
+            if attempt is not state.latest or attempt.status not in ACTIVE_ATTEMPT:
+                return []
+            cls = AttemptTimedOut if cmd.status == "timeout" else AttemptMarkedUnresponsive
+            extra = (
+                {"timeout_seconds": state.config.timeout_seconds}
+                if cmd.status == "timeout"
+                else {"last_heartbeat_at": cmd.last_heartbeat_at}
+            )
+            ended = cls(
+                event_id=_id(cmd, cmd.status), rollout_id=cmd.rollout_id, attempt_id=cmd.attempt_id, at=cmd.at, **extra
+            )
+            return [ended, _after_attempt(state, attempt, cmd.status, cmd, f"attempt {cmd.status}")]
+        case CancelRollout():
+            if state.status == "cancelled":
+                return []
+            if is_terminal(state):
+                raise _illegal(state, cmd)
+            return [
+                RolloutCancelled(
+                    event_id=_id(cmd, "cancelled"), rollout_id=cmd.rollout_id, reason=cmd.reason, at=cmd.at
+                )
+            ]
+        case ParkRollout():
+            if is_terminal(state):
+                return []
+            return [RolloutFailed(event_id=_id(cmd, "parked"), rollout_id=cmd.rollout_id, reason=cmd.reason, at=cmd.at)]
+        case UpdateRollout():
+            return [
+                RolloutUpdated(
+                    event_id=_id(cmd, "updated"),
+                    rollout_id=cmd.rollout_id,
+                    mode=cmd.mode,
+                    resources_id=cmd.resources_id,
+                    config=cmd.config,
+                    metadata=cmd.metadata,
+                    at=cmd.at,
+                )
+            ]
+        case UpdateAttempt():
+            _attempt(state, cmd)
+            return [
+                AttemptUpdated(
+                    event_id=_id(cmd, "updated"),
+                    rollout_id=cmd.rollout_id,
+                    attempt_id=cmd.attempt_id,
+                    worker_id=cmd.worker_id,
+                    metadata=cmd.metadata,
+                    at=cmd.at,
+                )
+            ]
+    raise TypeError(f"not a rollout command: {cmd!r}")
+
+
+def _finish(cmd: FinishAttempt, state: RolloutState, attempt: AttemptState) -> list[RolloutEvent]:
+    if attempt.status == cmd.status:
+        return []
+    if attempt.status not in ACTIVE_ATTEMPT:
+        raise _illegal(state, cmd, f"{cmd.attempt_id} ({attempt.status})")
+    if cmd.status == "succeeded":
+        return [
+            AttemptSucceeded(
+                event_id=_id(cmd, "succeeded"), rollout_id=cmd.rollout_id, attempt_id=cmd.attempt_id, at=cmd.at
+            )
+        ]
+    error = cmd.error or ErrorInfo(type="Error", message="the attempt failed")
+    failed = AttemptFailed(
+        event_id=_id(cmd, "failed-attempt"),
+        rollout_id=cmd.rollout_id,
+        attempt_id=cmd.attempt_id,
+        error=error,
+        at=cmd.at,
+    )
+    if attempt is not state.latest:
+        return [failed]
+    return [failed, _after_attempt(state, attempt, "failed", cmd, f"{error.type}: {error.message}")]

@@ -29,6 +29,23 @@ def encode(event: AnyEvent) -> bytes:
     return _encoder.encode(event)
 
 
+def encode_checked(event: AnyEvent) -> bytes:
+    """Encode an event, refusing one its own decoder would reject (msgspec checks constraints on decode).
+
+    >>> from voltbus.schemas.rollouts import AttemptClaimed
+    >>> encode_checked(AttemptClaimed(event_id="e", rollout_id="r", attempt_id="a", sequence_id=0, at=1))
+    Traceback (most recent call last):
+    ...
+    voltbus.schemas.errors.DecodeError: undecodable event: Expected `int` >= 1 - at `$.sequence_id`
+    """
+    data = _encoder.encode(event)
+    try:
+        _any.decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(str(exc)) from exc
+    return data
+
+
 def decode_control(data: bytes | bytearray | memoryview) -> ControlEvent:
     """Decode one control-stream event.
 

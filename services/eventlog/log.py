@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Literal, Protocol, TypeVar
 
 from nats.aio.client import Client
@@ -51,6 +53,7 @@ class EventLog:
         self.topology: Topology = topology_of(settings)
         timeout, retries = settings.request_timeout_s, settings.publish_retries
         self.control = Writer(nc, self.js, self.topology.control_stream, timeout, retries)
+        self._replays: weakref.WeakSet[AsyncGenerator[Envelope | BadEvent, None]] = weakref.WeakSet()
 
     @classmethod
     async def connect(cls, settings: NatsSettings, name: str = "voltbus") -> EventLog:
@@ -60,7 +63,10 @@ class EventLog:
         return log_
 
     async def close(self) -> None:
-        """Flush and close the connection."""
+        """End unfinished replays, flush and close the connection."""
+        for replay in list(self._replays):
+            with contextlib.suppress(RuntimeError):  # one still being iterated elsewhere ends with the connection
+                await replay.aclose()
         await self.nc.drain()
 
     async def ensure_streams(self) -> list[str]:
@@ -68,7 +74,7 @@ class EventLog:
         return await ensure_streams(self.js, self.settings)
 
     def _message(self, event: AnyEvent) -> Message:
-        return Message(subject_for(self.topology, event), codec.encode(event), event.event_id)
+        return Message(subject_for(self.topology, event), codec.encode_checked(event), event.event_id)
 
     def _expectation(self, events: Sequence[AnyEvent], expected_seq: int | None) -> Expectation | None:
         if expected_seq is None:
@@ -155,4 +161,6 @@ class EventLog:
         name = self.topology.control_stream if stream == "control" else self.topology.spans_stream
         decode = codec.decode_control if stream == "control" else codec.decode_spans
         subjects = f"{self.topology.namespace}.>"
-        return replay_stream(self.js, name, subjects, decode, from_seq, from_time, to_seq)
+        replay = replay_stream(self.js, name, subjects, decode, from_seq, from_time, to_seq)
+        self._replays.add(replay)
+        return replay

@@ -1,15 +1,18 @@
 """Ordered replay of a whole stream: from a sequence or a time, up to a sequence or the current end.
 
-An ordered consumer (ephemeral, flow-controlled, gap-detecting) streams the messages; the replay
-stops at ``to_seq`` or at the stream's last sequence when it started, so it always ends. A message
-that does not decode is yielded as :class:`BadEvent` with its sequence, and the replay goes on.
+An ordered consumer (ephemeral, flow-controlled, gap-detecting) streams the messages into a bounded
+queue; the replay stops at ``to_seq`` or at the stream's last sequence when it started, so it always
+ends. A message that does not decode is yielded as :class:`BadEvent` with its sequence, and the
+replay goes on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
@@ -17,6 +20,24 @@ from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError
 
 from .records import BadEvent, Envelope
+
+BUFFER = 4096
+"""Messages held between the consumer and the reader; a full buffer pauses the server (flow control)."""
+
+
+def _start(from_seq: int, from_time: float | None) -> tuple[DeliverPolicy, ConsumerConfig]:
+    if from_time is not None:
+        return DeliverPolicy.BY_START_TIME, ConsumerConfig(opt_start_time=dt.datetime.fromtimestamp(from_time, dt.UTC))
+    return DeliverPolicy.BY_START_SEQUENCE, ConsumerConfig(opt_start_seq=max(from_seq, 1))
+
+
+def _item(msg: Msg, decode: Callable[[bytes], AnyEvent]) -> Envelope | BadEvent:
+    meta = msg.metadata
+    seq = meta.sequence.stream
+    try:
+        return Envelope(seq=seq, subject=msg.subject, time=meta.timestamp.timestamp(), event=decode(msg.data))
+    except DecodeError as exc:
+        return BadEvent(seq=seq, subject=msg.subject, data=msg.data, reason=exc.reason)
 
 
 async def replay_stream(
@@ -28,33 +49,23 @@ async def replay_stream(
     from_time: float | None = None,
     to_seq: int | None = None,
     idle_timeout: float = 10.0,
-) -> AsyncIterator[Envelope | BadEvent]:
+) -> AsyncGenerator[Envelope | BadEvent, None]:
     """Yield every stored message of ``stream`` in order, decoded or as a BadEvent."""
     info = await js.stream_info(stream)
     end = info.state.last_seq if to_seq is None else min(to_seq, info.state.last_seq)
     if end == 0 or from_seq > end:
         return
-    if from_time is not None:
-        config = ConsumerConfig(opt_start_time=dt.datetime.fromtimestamp(from_time, dt.UTC))
-        policy = DeliverPolicy.BY_START_TIME
-    else:
-        config = ConsumerConfig(opt_start_seq=max(from_seq, 1))
-        policy = DeliverPolicy.BY_START_SEQUENCE
+    queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=BUFFER)
+    policy, config = _start(from_seq, from_time)
     sub = await js.subscribe(
-        subjects, stream=stream, ordered_consumer=True, deliver_policy=policy, config=config
+        subjects, stream=stream, ordered_consumer=True, deliver_policy=policy, config=config, cb=queue.put
     )
     try:
         while True:
-            msg = await sub.next_msg(timeout=idle_timeout)
-            meta = msg.metadata
-            seq = meta.sequence.stream
-            try:
-                yield Envelope(
-                    seq=seq, subject=msg.subject, time=meta.timestamp.timestamp(), event=decode(msg.data)
-                )
-            except DecodeError as exc:
-                yield BadEvent(seq=seq, subject=msg.subject, data=msg.data, reason=exc.reason)
-            if seq >= end or meta.num_pending == 0:
+            msg = queue.get_nowait() if not queue.empty() else await asyncio.wait_for(queue.get(), idle_timeout)
+            item = _item(msg, decode)
+            yield item
+            if item.seq >= end or msg.metadata.num_pending == 0:
                 return
     finally:
         await sub.unsubscribe()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import nats.errors
 import pytest
+
 from voltbus.schemas.errors import VoltbusError
 from voltbus.services.eventlog import Envelope, EventLog
 from voltbus.services.settings import NatsSettings

@@ -7,9 +7,18 @@ import asyncio
 import msgspec
 import pytest
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+
 from voltbus.schemas.base import derive_id
-from voltbus.schemas.errors import BusUnavailable, ConcurrencyConflict, PayloadTooLarge, StreamConfigMismatch
+from voltbus.schemas.errors import (
+    BusUnavailable,
+    ConcurrencyConflict,
+    DecodeError,
+    InvalidId,
+    PayloadTooLarge,
+    StreamConfigMismatch,
+)
 from voltbus.schemas.rollouts import (
+    AttemptClaimed,
     AttemptFailed,
     AttemptStarted,
     ErrorInfo,
@@ -22,15 +31,11 @@ from voltbus.services.settings import NatsSettings
 
 def queued(rid: str, tag: str = "q", size: int = 0) -> RolloutQueued:
     payload = msgspec.json.encode({"task": rid, "pad": "x" * size})
-    return RolloutQueued(
-        event_id=derive_id(rid, tag), rollout_id=rid, input=msgspec.Raw(payload), queued_at=1.0
-    )
+    return RolloutQueued(event_id=derive_id(rid, tag), rollout_id=rid, input=msgspec.Raw(payload), queued_at=1.0)
 
 
 def started(rid: str, n: int, writer: str = "") -> AttemptStarted:
-    return AttemptStarted(
-        event_id=derive_id(rid, "started", n, writer), rollout_id=rid, attempt_id=f"a{n}", at=n
-    )
+    return AttemptStarted(event_id=derive_id(rid, "started", n, writer), rollout_id=rid, attempt_id=f"a{n}", at=n)
 
 
 async def stored(log: EventLog) -> list[Envelope]:
@@ -181,3 +186,21 @@ async def test_append_many_reports_each_outcome(eventlog: EventLog) -> None:
 async def test_unreachable_bus_names_the_url() -> None:
     with pytest.raises(BusUnavailable, match=r"nats://127\.0\.0\.1:1\b"):
         await EventLog.connect(NatsSettings(url="nats://127.0.0.1:1", connect_timeout_s=0.5))
+
+
+async def test_an_event_its_own_decoder_rejects_is_refused_before_sending(eventlog: EventLog) -> None:
+    bad = AttemptClaimed(event_id="x", rollout_id="r9", attempt_id="a", sequence_id=0, at=1.0)  # ids start at 1
+    with pytest.raises(DecodeError, match="sequence_id"):
+        await eventlog.append([bad], expected_seq=0)
+    with pytest.raises(InvalidId, match="rollout id"):
+        await eventlog.append([msgspec.structs.replace(bad, rollout_id="not a token!", sequence_id=1)], expected_seq=0)
+    assert await eventlog.head("r9") == 0
+
+
+async def test_close_ends_an_unfinished_replay(eventlog: EventLog, nats_settings: NatsSettings) -> None:
+    for i in range(20):
+        await eventlog.append([queued(f"c{i}")], expected_seq=0)
+    log = await EventLog.connect(nats_settings)
+    async for _ in log.replay():
+        break  # leave the replay unfinished
+    await asyncio.wait_for(log.close(), timeout=5)

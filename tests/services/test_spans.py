@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import PublishFailed
 from voltbus.schemas.spans import SpanRecorded, SpanStatus

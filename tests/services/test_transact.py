@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import msgspec
 import pytest
+
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import IllegalTransition
 from voltbus.schemas.events import AnyEvent

@@ -1,0 +1,1 @@
+"""Benchmarks (R29): run on demand with ``pytest -m bench tests/benchmarks`` or as scripts."""

@@ -1,0 +1,21 @@
+"""The benchmarks under pytest (opt-in: ``pytest -m bench tests/benchmarks``); no speed thresholds (R29)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.benchmarks import bench_eventlog
+
+pytestmark = pytest.mark.bench
+
+
+@pytest.mark.timeout(600)
+async def test_bench_eventlog(tmp_path: Path) -> None:
+    """The default event-log run: prints the table and appends its rows to results.csv."""
+    figures = await bench_eventlog.run(bench_eventlog.Options(), tmp_path / "nats")
+    cases = {f.case for f in figures}
+    assert {"append_seq", "append_c32", "append_many", "spans", "replay_control", "replay_spans"} <= cases
+    for f in figures:
+        assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from voltbus.services.eventlog import EventLog
 from voltbus.services.natsserver import NatsServer
 from voltbus.services.settings import BusSettings, NatsSettings

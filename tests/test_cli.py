@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from voltbus.schemas.catalog import json_schemas
 
 VOLTBUS = [sys.executable, "-c", "from voltbus.cli import main; main()"]

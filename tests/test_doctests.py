@@ -7,10 +7,10 @@ import importlib
 import pkgutil
 
 import pytest
-import voltbus.schemas
-import voltbus.services
 
 import voltbus
+import voltbus.schemas
+import voltbus.services
 
 
 def modules(package: object) -> list[str]:

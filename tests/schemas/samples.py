@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+
 from voltbus.schemas import (
     LLM,
     AnyEvent,

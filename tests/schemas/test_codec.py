@@ -7,6 +7,7 @@ import pathlib
 
 import msgspec
 import pytest
+
 import voltbus.schemas as schemas
 from voltbus.schemas import (
     EVENT_TYPES,

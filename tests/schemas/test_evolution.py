@@ -6,6 +6,7 @@ import pathlib
 
 import msgspec
 import pytest
+
 from voltbus.schemas import EVENT_TYPES, decode_any, encode
 
 from .samples import SAMPLES

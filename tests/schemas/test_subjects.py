@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from voltbus.schemas import RolloutEvent, Topology, aggregate_of, stream_of, subject_for
 
 from .samples import SAMPLES

@@ -70,8 +70,7 @@ class InvalidId(InvalidCommand):
         self.kind = kind
         self.value = value
         super().__init__(
-            f"invalid {kind} {value!r}: use 1-128 characters from A-Z a-z 0-9 _ - "
-            "(no dots, spaces or wildcards)"
+            f"invalid {kind} {value!r}: use 1-128 characters from A-Z a-z 0-9 _ - (no dots, spaces or wildcards)"
         )
 
 

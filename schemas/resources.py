@@ -48,9 +48,7 @@ class ProxyLLM(LLM, frozen=True, kw_only=True, tag="proxy_llm", tag_field="resou
     """An LLM reached through the voltbus gateway, which attributes each call to its attempt."""
 
 
-class PromptTemplate(
-    msgspec.Struct, frozen=True, kw_only=True, tag="prompt_template", tag_field="resource_type"
-):
+class PromptTemplate(msgspec.Struct, frozen=True, kw_only=True, tag="prompt_template", tag_field="resource_type"):
     """A prompt template being optimized (Agent Lightning's ``PromptTemplate``)."""
 
     template: str

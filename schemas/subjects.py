@@ -9,6 +9,8 @@ can share one nats-server without seeing each other's streams.
                                 <ns>.run.<run>        training-run events
                                 <ns>.wk.<worker>      worker status
     spans stream    <NS>_SPANS  <ns>.sp.<shard>       spans, model calls, rewards, heartbeats
+    counters        <NS>_SEQ    <ns>.seq.<rollout>    per-rollout span sequence counters
+    advisories      <NS>_ADV    max-deliveries advisories of the dispatch consumer (dead letters)
 """
 
 from __future__ import annotations
@@ -68,6 +70,30 @@ class Topology(msgspec.Struct, frozen=True, kw_only=True):
     def spans_stream(self) -> str:
         """The high-volume telemetry stream."""
         return f"{self.namespace.upper().replace('-', '_')}_SPANS"
+
+    @property
+    def counters_stream(self) -> str:
+        """The per-rollout counter stream (span sequence ids)."""
+        return f"{self.namespace.upper().replace('-', '_')}_SEQ"
+
+    @property
+    def advisories_stream(self) -> str:
+        """The stream that keeps the dispatch consumer's max-deliveries advisories."""
+        return f"{self.namespace.upper().replace('-', '_')}_ADV"
+
+    @property
+    def dispatch_consumer(self) -> str:
+        """Durable name of the runners' shared dispatch consumer."""
+        return f"{self.namespace}-dispatch"
+
+    @property
+    def max_deliveries_subject(self) -> str:
+        """Advisory subject the server publishes when a dispatch message hits its max deliveries."""
+        return f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{self.control_stream}.{self.dispatch_consumer}"
+
+    def counter(self, rollout_id: str) -> str:
+        """Counter subject of a rollout's span sequence ids."""
+        return f"{self.namespace}.seq.{check_token('rollout id', rollout_id)}"
 
     @property
     def control_subjects(self) -> list[str]:

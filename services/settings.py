@@ -41,6 +41,12 @@ class NatsSettings(BaseModel):
     """How many times an unacknowledged publish is retried (same message id) before failing."""
     conflict_retries: int = 10
     """How many times ``transact`` re-reads and re-decides after losing an optimistic append."""
+    dispatch_ack_wait_s: float = 30.0
+    """Seconds a fetched dispatch message waits for its claim before it is delivered again."""
+    dispatch_max_deliver: int = 5
+    """Deliveries of one dispatch message before it is parked as a dead letter (the rollout fails)."""
+    dequeue_wait_s: float = 0.05
+    """How long ``dequeue_rollout`` waits for a queued rollout before returning nothing."""
     max_payload: int = 4 * 1024 * 1024
     """Largest event accepted, in bytes (the embedded server is started with this limit)."""
     control_max_bytes: int = -1
@@ -66,6 +72,15 @@ class BusSettings(BaseModel):
     """fsync every write (``sync_interval: always``): no acknowledged event lost on power loss."""
 
 
+class CoordinatorSettings(BaseModel):
+    """The watchdog that expires attempts and parks dead letters."""
+
+    tick_s: float = 0.5
+    """Seconds between checks of every attempt in progress (timeouts are detected within one tick)."""
+    restart_delay_s: float = 0.5
+    """Seconds before a failed stream reader is started again."""
+
+
 class Settings(BaseSettings):
     """Every voltbus setting, one nested section per concern."""
 
@@ -75,5 +90,7 @@ class Settings(BaseSettings):
     """Bus client settings."""
     bus: BusSettings = Field(default_factory=BusSettings)
     """Embedded server settings."""
+    coordinator: CoordinatorSettings = Field(default_factory=CoordinatorSettings)
+    """Coordinator settings."""
     log_level: str = "INFO"
     """Logging level for every service."""

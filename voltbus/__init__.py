@@ -2,4 +2,30 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from voltbus.store import (
+    Attempt,
+    AttemptedRollout,
+    EnqueueRolloutRequest,
+    NamedResources,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    Span,
+    Store,
+    Worker,
+    connect,
+)
+
+__all__ = [
+    "Attempt",
+    "AttemptedRollout",
+    "EnqueueRolloutRequest",
+    "NamedResources",
+    "PaginatedResult",
+    "ResourcesUpdate",
+    "Rollout",
+    "Span",
+    "Store",
+    "Worker",
+    "connect",
+]

@@ -46,14 +46,10 @@ def say(line: str) -> None:
 
 @app.command()
 def nats(
-    data_dir: Annotated[
-        Path | None, typer.Option(help="JetStream store [env: VOLTBUS_BUS__DATA_DIR]")
-    ] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="JetStream store [env: VOLTBUS_BUS__DATA_DIR]")] = None,
     host: Annotated[str | None, typer.Option(help="Interface to bind (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="Client port (default 4222)")] = None,
-    monitor_port: Annotated[
-        int | None, typer.Option(help="Monitoring port, 0 to disable (default 8222)")
-    ] = None,
+    monitor_port: Annotated[int | None, typer.Option(help="Monitoring port, 0 to disable (default 8222)")] = None,
 ) -> None:
     """Run the embedded NATS JetStream bus in the foreground (Ctrl-C stops it)."""
     from voltbus.services.natsserver import serve_forever
@@ -90,6 +86,15 @@ def demo(
 
     settings = settings_for()
     run_demo(settings, rollouts, spans, say)
+
+
+@app.command()
+def coordinator(nats_url: NatsUrl = None) -> None:
+    """Run the coordinator: attempt timeouts and unresponsiveness, retries, dead letters."""
+    from voltbus.services.coordinator.app import run
+
+    settings = settings_for(nats_url)
+    asyncio.run(run(settings))
 
 
 @app.command()

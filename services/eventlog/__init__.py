@@ -7,7 +7,7 @@ ambiguity resolution), aggregate reads, pipelined span publishing and ordered re
 from __future__ import annotations
 
 from .connection import connect
-from .log import Decider, EventLog
+from .log import Decider, EventLog, Transacted
 from .records import Appended, BadEvent, Envelope
 from .streams import control_config, ensure_streams, spans_config, topology_of
 
@@ -17,6 +17,7 @@ __all__ = [
     "Decider",
     "Envelope",
     "EventLog",
+    "Transacted",
     "connect",
     "control_config",
     "ensure_streams",

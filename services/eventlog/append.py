@@ -90,9 +90,7 @@ class Writer:
                 if exc.err_code == BATCH_DUPLICATE_ID:
                     return Appended(seq=await self._seq_of(messages[-1]), already_applied=True)
                 raise PublishFailed([m.event_id for m in messages], _describe(exc)) from None
-        raise PublishFailed(
-            [m.event_id for m in messages], f"no acknowledgement after {self.retries + 1} tries"
-        )
+        raise PublishFailed([m.event_id for m in messages], f"no acknowledgement after {self.retries + 1} tries")
 
     async def _publish_one(self, m: Message, expect: Expectation | None) -> Appended:
         headers = {Header.MSG_ID: m.event_id, **(expect.headers() if expect else {})}
@@ -129,9 +127,7 @@ class Writer:
         seq = expect.seq
         for m in messages:
             try:
-                stored = await self.js.get_msg(
-                    self.stream, seq=seq + 1, subject=expect.scope, direct=True, next=True
-                )
+                stored = await self.js.get_msg(self.stream, seq=seq + 1, subject=expect.scope, direct=True, next=True)
             except NotFoundError:
                 stored = None
             if stored is None or (stored.headers or {}).get(Header.MSG_ID) != m.event_id:
@@ -164,8 +160,7 @@ class Writer:
         for m, expect in items:
             headers = {Header.MSG_ID: m.event_id, **(expect.headers() if expect else {})}
             futures.append(await self.js.publish_async(m.subject, m.data, headers=headers))
-        if futures:
-            await asyncio.wait(futures, timeout=self.timeout)
+        await settle(futures, self.timeout)
         results: list[Appended | ConcurrencyConflict] = []
         for (m, expect), fut in zip(items, futures, strict=True):
             if fut.done() and not fut.cancelled() and fut.exception() is None:
@@ -178,6 +173,16 @@ class Writer:
             except ConcurrencyConflict as conflict:
                 results.append(conflict)
         return results
+
+
+async def settle(futures: Sequence[asyncio.Future[object]], timeout: float) -> None:
+    """Wait for pipelined acks. The server answers one connection's publishes in order, so once the
+    last is answered, an earlier one still open was rejected (and nats-py 2.16 will never resolve it)."""
+    if futures:
+        await asyncio.wait([futures[-1]], timeout=timeout)
+        pending = [f for f in futures if not f.done()]
+        if pending:  # replies to earlier publishes arrived before the last one's; give stragglers a moment
+            await asyncio.wait(pending, timeout=min(timeout, 0.05))
 
 
 def _describe(exc: APIError) -> str:

@@ -6,9 +6,11 @@ import contextlib
 import logging
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Literal, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar
 
+import msgspec
 from nats.aio.client import Client
+from nats.js.api import Header
 
 from voltbus.schemas import codec
 from voltbus.schemas.codec import AnyEvent
@@ -32,6 +34,14 @@ C = TypeVar("C")
 StreamName = Literal["control", "spans"]
 
 
+class Transacted(msgspec.Struct, Generic[S], frozen=True, kw_only=True):
+    """What ``transact`` did: the events appended and the state after them."""
+
+    events: list[AnyEvent]
+    state: S
+    seq: int
+
+
 class Decider(Protocol[S, C]):
     """A lifecycle as four pure functions (a decider module satisfies this)."""
 
@@ -46,9 +56,7 @@ class EventLog:
 
     def __init__(self, nc: Client, settings: NatsSettings) -> None:
         self.nc = nc
-        self.js = nc.jetstream(
-            timeout=settings.request_timeout_s, publish_async_max_pending=settings.span_window
-        )
+        self.js = nc.jetstream(timeout=settings.request_timeout_s, publish_async_max_pending=settings.span_window)
         self.settings = settings
         self.topology: Topology = topology_of(settings)
         timeout, retries = settings.request_timeout_s, settings.publish_retries
@@ -95,9 +103,7 @@ class EventLog:
         aggregates = {aggregate_of(e) for e in events}
         if len(aggregates) > 1:
             raise ValueError(f"one append covers one aggregate, got {sorted(map(str, aggregates))}")
-        return await self.control.append(
-            [self._message(e) for e in events], self._expectation(events, expected_seq)
-        )
+        return await self.control.append([self._message(e) for e in events], self._expectation(events, expected_seq))
 
     async def append_many(
         self, events: Sequence[AnyEvent], expected_seq: int | None = 0
@@ -112,42 +118,54 @@ class EventLog:
         messages = [self._message(e) for e in events]
         await publish_pipelined(self.js, messages, s.span_window, s.request_timeout_s, s.publish_retries)
 
+    async def next_sequence(self, rollout_id: str, count: int = 1) -> int:
+        """Advance a rollout's span sequence counter by ``count``; return its new value (atomic)."""
+        subject = self.topology.counter(rollout_id)
+        ack = await self.js.publish(
+            subject, b"", timeout=self.settings.request_timeout_s, headers={Header.INCR: str(count)}
+        )
+        return int(ack.val or 0)
+
     async def read(self, rollout_id: str, after_seq: int = 0) -> tuple[list[Envelope], int]:
         """A rollout's events in order and its last sequence (0: the rollout does not exist)."""
         scope = self.topology.rollout_any(rollout_id)
-        return await read_subject(
-            self.js, self.topology.control_stream, scope, codec.decode_control, after_seq
-        )
+        return await read_subject(self.js, self.topology.control_stream, scope, codec.decode_control, after_seq)
 
     async def read_subject(self, subject: str, after_seq: int = 0) -> tuple[list[Envelope], int]:
         """Events of any control subject (a resources bundle, a run, a worker) and its last sequence."""
-        return await read_subject(
-            self.js, self.topology.control_stream, subject, codec.decode_control, after_seq
-        )
+        return await read_subject(self.js, self.topology.control_stream, subject, codec.decode_control, after_seq)
 
     async def head(self, rollout_id: str) -> int:
         """The last sequence of a rollout (0 when it does not exist)."""
         return await self.control.head(self.topology.rollout_any(rollout_id))
 
-    async def transact(self, decider: Decider[S, C], rollout_id: str, command: C) -> list[AnyEvent]:
+    async def load(self, decider: Decider[S, C], rollout_id: str) -> tuple[S, int]:
+        """A rollout's state folded from its events, and its last sequence (0: it does not exist)."""
+        envelopes, last = await self.read(rollout_id)
+        state = decider.initial_state()
+        for env in envelopes:
+            state = decider.evolve(state, env.event)
+        return state, last
+
+    async def transact(self, decider: Decider[S, C], rollout_id: str, command: C) -> Transacted[S]:
         """Load the rollout, fold, decide, append with OCC; re-decide on conflict (bounded).
 
-        Returns the events appended, or [] when the decider found nothing to do (an idempotent
-        repeat). Invalid commands raise from ``decide`` and append nothing.
+        Returns the events appended ([] when the decider found nothing to do: an idempotent repeat)
+        and the state after them. Invalid commands raise from ``decide`` and append nothing.
         """
         for _ in range(self.settings.conflict_retries + 1):
-            envelopes, last = await self.read(rollout_id)
-            state = decider.initial_state()
-            for env in envelopes:
-                state = decider.evolve(state, env.event)
+            state, last = await self.load(decider, rollout_id)
             events = decider.decide(command, state)
             if not events:
-                return []
+                return Transacted(events=[], state=state, seq=last)
             try:
-                await self.append(events, expected_seq=last)
-                return events
+                ack = await self.append(events, expected_seq=last)
             except ConcurrencyConflict:
                 log.debug("transact %s: conflict at %d, re-deciding", rollout_id, last)
+                continue
+            for event in events:
+                state = decider.evolve(state, event)
+            return Transacted(events=list(events), state=state, seq=ack.seq)
         raise ConcurrencyConflict(self.topology.rollout_any(rollout_id), last, await self.head(rollout_id))
 
     def replay(
@@ -156,11 +174,15 @@ class EventLog:
         from_seq: int = 1,
         from_time: float | None = None,
         to_seq: int | None = None,
+        follow: bool = False,
     ) -> AsyncIterator[Envelope | BadEvent]:
-        """Every message of a stream in order; undecodable ones come as BadEvent with their sequence."""
+        """Every message of a stream in order; undecodable ones come as BadEvent with their sequence.
+
+        ``follow`` keeps the replay open after the stored messages, yielding new ones as they arrive.
+        """
         name = self.topology.control_stream if stream == "control" else self.topology.spans_stream
         decode = codec.decode_control if stream == "control" else codec.decode_spans
         subjects = f"{self.topology.namespace}.>"
-        replay = replay_stream(self.js, name, subjects, decode, from_seq, from_time, to_seq)
+        replay = replay_stream(self.js, name, subjects, decode, from_seq, from_time, to_seq, follow=follow)
         self._replays.add(replay)
         return replay

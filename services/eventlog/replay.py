@@ -49,11 +49,15 @@ async def replay_stream(
     from_time: float | None = None,
     to_seq: int | None = None,
     idle_timeout: float = 10.0,
+    follow: bool = False,
 ) -> AsyncGenerator[Envelope | BadEvent, None]:
-    """Yield every stored message of ``stream`` in order, decoded or as a BadEvent."""
+    """Yield every stored message of ``stream`` in order, decoded or as a BadEvent.
+
+    With ``follow`` the replay never ends: after the stored messages it waits for new ones.
+    """
     info = await js.stream_info(stream)
     end = info.state.last_seq if to_seq is None else min(to_seq, info.state.last_seq)
-    if end == 0 or from_seq > end:
+    if not follow and (end == 0 or from_seq > end):
         return
     queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=BUFFER)
     policy, config = _start(from_seq, from_time)
@@ -62,10 +66,15 @@ async def replay_stream(
     )
     try:
         while True:
-            msg = queue.get_nowait() if not queue.empty() else await asyncio.wait_for(queue.get(), idle_timeout)
+            if not queue.empty():
+                msg = queue.get_nowait()
+            elif follow:
+                msg = await queue.get()
+            else:
+                msg = await asyncio.wait_for(queue.get(), idle_timeout)
             item = _item(msg, decode)
             yield item
-            if item.seq >= end or msg.metadata.num_pending == 0:
+            if not follow and (item.seq >= end or msg.metadata.num_pending == 0):
                 return
     finally:
         await sub.unsubscribe()

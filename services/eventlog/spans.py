@@ -7,7 +7,6 @@ is raised as :class:`PublishFailed` naming the events, never dropped.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 
@@ -16,7 +15,7 @@ from nats.js.api import Header
 
 from voltbus.schemas.errors import PublishFailed
 
-from .append import Message
+from .append import Message, settle
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +23,7 @@ log = logging.getLogger(__name__)
 async def _window(js: JetStreamContext, batch: Sequence[Message], timeout: float) -> list[Message]:
     """Publish one window; return the messages that were not acknowledged."""
     futures = [await js.publish_async(m.subject, m.data, headers={Header.MSG_ID: m.event_id}) for m in batch]
-    await asyncio.wait(futures, timeout=timeout)
+    await settle(futures, timeout)
     failed = []
     for m, fut in zip(batch, futures, strict=True):
         if not fut.done() or fut.cancelled() or fut.exception() is not None:

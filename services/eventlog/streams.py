@@ -10,6 +10,9 @@ import logging
 
 from nats.js import JetStreamContext
 from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
     DiscardPolicy,
     PersistMode,
     RetentionPolicy,
@@ -71,12 +74,57 @@ def spans_config(settings: NatsSettings) -> StreamConfig:
     )
 
 
+def counters_config(settings: NatsSettings) -> StreamConfig:
+    """Per-rollout counters (span sequence ids): a counter stream, one subject per rollout."""
+    topo = topology_of(settings)
+    return StreamConfig(
+        name=topo.counters_stream,
+        description="voltbus per-rollout span sequence counters",
+        subjects=[f"{topo.namespace}.seq.*"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        allow_msg_counter=True,
+        allow_direct=True,
+    )
+
+
+def advisories_config(settings: NatsSettings) -> StreamConfig:
+    """Keeps the dispatch consumer's max-deliveries advisories until the coordinator parks them."""
+    topo = topology_of(settings)
+    return StreamConfig(
+        name=topo.advisories_stream,
+        description="voltbus dead letters: dispatch messages past their max deliveries",
+        subjects=[topo.max_deliveries_subject],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.NEW,
+        deny_delete=True,
+        deny_purge=True,
+    )
+
+
+def dispatch_config(settings: NatsSettings) -> ConsumerConfig:
+    """The runners' shared durable pull consumer on the dispatchable subjects, FIFO."""
+    topo = topology_of(settings)
+    return ConsumerConfig(
+        durable_name=topo.dispatch_consumer,
+        filter_subject=topo.dispatchable,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=settings.dispatch_ack_wait_s,
+        max_deliver=settings.dispatch_max_deliver,
+        max_ack_pending=10_000,
+    )
+
+
 def _mismatch(found: StreamConfig, wanted: StreamConfig) -> tuple[str, object, object] | None:
     """The first setting of ``found`` that breaks what ``wanted`` guarantees, if any."""
-    exact = ["retention", "storage", "discard", "deny_delete", "deny_purge", "allow_direct"]
-    for name in exact:
+    for name in ("retention", "storage", "discard"):
         if getattr(found, name) != getattr(wanted, name):
             return name, getattr(found, name), getattr(wanted, name)
+    for name in ("deny_delete", "deny_purge", "allow_direct", "allow_msg_counter"):
+        if bool(getattr(found, name)) != bool(getattr(wanted, name)):
+            return name, bool(getattr(found, name)), bool(getattr(wanted, name))
     if wanted.allow_atomic and not found.allow_atomic:
         return "allow_atomic", found.allow_atomic, True
     if (found.persist_mode or PersistMode.DEFAULT) != (wanted.persist_mode or PersistMode.DEFAULT):
@@ -107,10 +155,28 @@ async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> bool:
     return False
 
 
+async def ensure_consumer(js: JetStreamContext, stream: str, wanted: ConsumerConfig) -> None:
+    """Create a durable consumer if absent; refuse one whose filter differs."""
+    try:
+        info = await js.consumer_info(stream, wanted.durable_name or "")
+    except NotFoundError:
+        await js.add_consumer(stream, wanted)
+        return
+    if info.config.filter_subject != wanted.filter_subject:
+        raise StreamConfigMismatch(stream, "consumer filter_subject", info.config.filter_subject, wanted.filter_subject)
+
+
 async def ensure_streams(js: JetStreamContext, settings: NatsSettings) -> list[str]:
-    """Make sure both streams exist with safe settings; return the names created now."""
+    """Make sure every stream and the dispatch consumer exist with safe settings; return streams created now."""
     created = []
-    for wanted in (control_config(settings), spans_config(settings)):
+    wanted_all = (
+        control_config(settings),
+        spans_config(settings),
+        counters_config(settings),
+        advisories_config(settings),
+    )
+    for wanted in wanted_all:
         if await ensure_stream(js, wanted):
             created.append(wanted.name or "")
+    await ensure_consumer(js, topology_of(settings).control_stream, dispatch_config(settings))
     return created

@@ -75,8 +75,9 @@ async def create(log: EventLog, rid: str) -> None:
 async def test_transact_appends_then_repeat_is_a_no_op(eventlog: EventLog) -> None:
     await create(eventlog, "t1")
     first = await eventlog.transact(CounterDecider, "t1", Step("t1", 1))
-    assert [e.attempt_id for e in first] == ["a1"]
-    assert await eventlog.transact(CounterDecider, "t1", Step("t1", 1)) == []
+    assert [e.attempt_id for e in first.events] == ["a1"] and first.state == (1, False)
+    again = await eventlog.transact(CounterDecider, "t1", Step("t1", 1))
+    assert again.events == [] and again.state == (1, False) and again.seq == first.seq
     assert len((await eventlog.read("t1"))[0]) == 2
 
 

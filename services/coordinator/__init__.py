@@ -1,0 +1,1 @@
+"""The coordinator: watches attempts for timeouts and silence, applies retries, parks dead letters."""

@@ -1,0 +1,113 @@
+"""The coordinator's I/O glue: stream readers, the timer, and dead letters, each restartable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import nats.errors
+from nats.aio.msg import Msg
+
+from voltbus.schemas.errors import VoltbusError
+from voltbus.schemas.rollouts import RolloutCancelled
+from voltbus.services.eventlog import Envelope
+from voltbus.store import Store
+
+from .tracker import Tracker
+
+log = logging.getLogger(__name__)
+
+
+async def supervised(name: str, body: Callable[[], Awaitable[None]], delay: float) -> None:
+    """Run ``body`` forever, restarting it after a failure (nats-py consumers do not always recover)."""
+    while True:
+        try:
+            await body()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("coordinator %s failed; restarting in %.1fs", name, delay)
+            await asyncio.sleep(delay)
+
+
+async def catch_up(store: Store, tracker: Tracker) -> int:
+    """Fold the whole control stream as it is now; return the last sequence read."""
+    last = 0
+    async for item in store.log.replay("control"):
+        if isinstance(item, Envelope):
+            tracker.apply_control(item)
+        last = item.seq
+    return last
+
+
+async def follow_control(store: Store, tracker: Tracker, position: list[int]) -> None:
+    """Fold new control events as they arrive; a cancelled rollout's worker goes idle."""
+    async for item in store.log.replay("control", from_seq=position[0] + 1, follow=True):
+        position[0] = item.seq
+        if not isinstance(item, Envelope) or (change := tracker.apply_control(item)) is None:
+            continue
+        before, after = change
+        if isinstance(item.event, RolloutCancelled) and before.latest and before.latest.worker_id:
+            await store._sync_worker(before.latest.worker_id, after)
+
+
+async def follow_spans(store: Store, tracker: Tracker, position: list[int], since: float) -> None:
+    """Record signs of life from the spans stream, from ``since`` (or where it left off)."""
+    start = {"from_seq": position[0] + 1} if position[0] else {"from_time": since}
+    async for item in store.log.replay("spans", follow=True, **start):  # type: ignore[arg-type]
+        position[0] = item.seq
+        if isinstance(item, Envelope):
+            tracker.apply_span(item)
+
+
+async def tick(store: Store, tracker: Tracker, clock: Callable[[], float] = time.time) -> int:
+    """Expire every attempt past a limit now; return how many were expired."""
+    expired = 0
+    for rollout_id, attempt_id, (status, seen) in tracker.due(clock()):
+        try:
+            state = await store.expire_attempt(rollout_id, attempt_id, status, last_heartbeat_at=seen)
+        except VoltbusError as exc:
+            log.warning("expire rollout_id=%s attempt_id=%s failed: %s", rollout_id, attempt_id, exc)
+            continue
+        log.info("rollout_id=%s attempt_id=%s %s -> rollout %s", rollout_id, attempt_id, status, state.status)
+        expired += 1
+    return expired
+
+
+async def timer(store: Store, tracker: Tracker, every: float) -> None:
+    """Check attempts every ``every`` seconds."""
+    while True:
+        await tick(store, tracker)
+        await asyncio.sleep(every)
+
+
+async def park(store: Store, msg: Msg) -> None:
+    """Fail the rollout of one max-deliveries advisory, with the reason, then ack the advisory."""
+    advisory = json.loads(msg.data)
+    seq, deliveries = int(advisory["stream_seq"]), advisory.get("deliveries")
+    stored = await store.log.js.get_msg(store.topology.control_stream, seq=seq)
+    rollout_id = (stored.subject or "").split(".")[2]
+    reason = f"dispatch message {seq} was delivered {deliveries} times without a successful claim"
+    state = await store.park_rollout(rollout_id, reason)
+    log.warning("parked rollout_id=%s: %s (now %s)", rollout_id, reason, state.status)
+    await msg.ack()
+
+
+async def dead_letters(store: Store) -> None:
+    """Park every rollout whose dispatch message exhausted its deliveries (durable, shared consumer)."""
+    topo = store.topology
+    sub = await store.log.js.pull_subscribe("", durable=f"{topo.namespace}-deadletters", stream=topo.advisories_stream)
+    while True:
+        try:
+            msgs = await sub.fetch(10, timeout=5)
+        except nats.errors.TimeoutError:
+            continue
+        for msg in msgs:
+            try:
+                await park(store, msg)
+            except VoltbusError as exc:
+                log.error("could not park advisory %s: %s", msg.data[:200], exc)
+                await msg.nak(delay=5)

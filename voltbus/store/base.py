@@ -1,0 +1,45 @@
+"""What every part of the store client shares: the event log, the clock, id generation."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from voltbus.schemas.commands import RolloutCommand
+from voltbus.schemas.errors import UnknownRollout
+from voltbus.services.eventlog import EventLog
+from voltbus.services.lifecycle import RolloutState, decider
+from voltbus.services.settings import NatsSettings
+
+
+def new_id(prefix: str, hex_digits: int) -> str:
+    """A random id in Agent Lightning's shape, e.g. ``ro-1a2b3c4d5e6f``."""
+    return f"{prefix}-{uuid.uuid4().hex[:hex_digits]}"
+
+
+class StoreBase:
+    """The connection and helpers the store's method groups build on."""
+
+    def __init__(self, log: EventLog, clock: Callable[[], float] = time.time) -> None:
+        self.log = log
+        self.settings: NatsSettings = log.settings
+        self.topology = log.topology
+        self.clock = clock
+
+    async def _state(self, rollout_id: str) -> RolloutState:
+        """A rollout's current state; UnknownRollout if it does not exist."""
+        state, _ = await self.log.load(decider, rollout_id)
+        if state.status is None:
+            raise UnknownRollout(rollout_id)
+        return state
+
+    async def _apply(self, rollout_id: str, command: RolloutCommand) -> RolloutState:
+        """Run one command through the lifecycle decider; return the state after it."""
+        return (await self.log.transact(decider, rollout_id, command)).state
+
+    async def _latest_resources_id(self) -> str | None:
+        raise NotImplementedError  # ResourceMethods provides it
+
+    async def _sync_worker(self, worker_id: str | None, state: RolloutState | None, dequeued: bool = False) -> None:
+        raise NotImplementedError  # WorkerMethods provides it

@@ -1,0 +1,67 @@
+"""The store client: Agent Lightning 0.3's LightningStore method set on top of the event log."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from voltbus.services.eventlog import EventLog
+from voltbus.services.settings import NatsSettings
+
+from .resources import ResourceMethods
+from .rollouts import RolloutMethods
+from .spans import SpanMethods
+from .waits import WaitMethods
+from .workers import WorkerMethods
+
+
+class Store(RolloutMethods, SpanMethods, ResourceMethods, WorkerMethods, WaitMethods):
+    """An event-sourced LightningStore: every write is an event, every read is folded from the log.
+
+    A caller always sees its own writes: reads go to the stream's leader (direct get on a single
+    server) after the write was acknowledged.
+    """
+
+    def __init__(self, log: EventLog, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(log, clock)
+        self._running = set()
+        self._dispatch_sub = None
+
+    async def close(self) -> None:
+        """Close the connection."""
+        await self.log.close()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def statistics(self) -> dict[str, Any]:
+        """Counts of what the log holds (rollouts, resources, workers, spans) and stream sizes."""
+        js, topo = self.log.js, self.topology
+        ctrl = await js.stream_info(topo.control_stream, subjects_filter=f"{topo.namespace}.>")
+        subjects = ctrl.state.subjects or {}
+        rollouts = {s.split(".")[2] for s in subjects if s.split(".")[1] == "ro"}
+        spans = await js.stream_info(topo.spans_stream)
+        return {
+            "name": type(self).__name__,
+            "total_rollouts": len(rollouts),
+            "total_resources": sum(n for s, n in subjects.items() if s.split(".")[1] == "res"),
+            "total_workers": sum(1 for s in subjects if s.split(".")[1] == "wk"),
+            "total_span_events": spans.state.messages,
+            "control_events": ctrl.state.messages,
+            "control_bytes": ctrl.state.bytes,
+            "spans_bytes": spans.state.bytes,
+        }
+
+
+async def connect(
+    url: str | None = None, *, settings: NatsSettings | None = None, name: str = "voltbus-store"
+) -> Store:
+    """Connect a store client to the bus (``url`` overrides the settings' URL)."""
+    settings = settings or NatsSettings()
+    if url:
+        settings = settings.model_copy(update={"url": url})
+    return Store(await EventLog.connect(settings, name=name))

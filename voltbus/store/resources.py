@@ -1,0 +1,101 @@
+"""Store methods for resources: immutable versions of named bundles on ``<ns>.res.<id>``.
+
+A bundle keeps Agent Lightning's ``resources_id``; every update is a new version appended with
+optimistic concurrency, never a change in place. A rollout pins ``<id>:<version>``, so the exact
+version it ran with stays readable.
+"""
+
+from __future__ import annotations
+
+from nats.js.errors import NotFoundError
+
+from voltbus.schemas import codec
+from voltbus.schemas.base import derive_id
+from voltbus.schemas.errors import ConcurrencyConflict
+from voltbus.schemas.resources import ResourcesPublished
+
+from .base import StoreBase, new_id
+from .types import NamedResources, ResourcesUpdate
+from .views import resources_view
+
+VERSION_SEP = ":"
+"""Separates a bundle id from a version in a pinned resources id (``rs-1a2b:3``)."""
+
+
+def pinned(event: ResourcesPublished) -> str:
+    """The id a rollout records for this exact version."""
+    return f"{event.name}{VERSION_SEP}{event.version}"
+
+
+class ResourceMethods(StoreBase):
+    """Publishing and reading resource versions."""
+
+    async def _versions(self, name: str) -> list[ResourcesPublished]:
+        return (await self._versions_at(name))[0]
+
+    async def _versions_at(self, name: str) -> tuple[list[ResourcesPublished], int]:
+        envelopes, last = await self.log.read_subject(self.topology.resources(name))
+        return [e.event for e in envelopes if isinstance(e.event, ResourcesPublished)], last
+
+    async def _publish(self, name: str, resources: NamedResources) -> ResourcesUpdate:
+        for _ in range(self.settings.conflict_retries + 1):
+            versions, head = await self._versions_at(name)
+            version = len(versions) + 1
+            now = self.clock()
+            event = ResourcesPublished(
+                event_id=derive_id(name, "v", version, repr(now)),
+                resources_id=f"{name}{VERSION_SEP}{version}",
+                name=name,
+                version=version,
+                resources=dict(resources),
+                created_at=now,
+            )
+            try:
+                await self.log.append([event], expected_seq=head)
+            except ConcurrencyConflict:
+                continue
+            created = versions[0].created_at if versions else now
+            return resources_view(event, created)
+        raise ConcurrencyConflict(self.topology.resources(name), 0, None)
+
+    async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        """Publish a new bundle (version 1) under a fresh id; it becomes the latest."""
+        return await self._publish(new_id("rs", 12), resources)
+
+    async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
+        """Publish the next version of a bundle (version 1 if it is new); it becomes the latest."""
+        return await self._publish(resources_id.split(VERSION_SEP)[0], resources)
+
+    async def get_resources_by_id(self, resources_id: str) -> ResourcesUpdate | None:
+        """A bundle's latest version, or the exact version for a pinned id (``rs-…:3``)."""
+        name, _, version = resources_id.partition(VERSION_SEP)
+        versions = await self._versions(name)
+        if not versions:
+            return None
+        chosen = versions[-1] if not version else next((v for v in versions if str(v.version) == version), None)
+        return resources_view(chosen, versions[0].created_at) if chosen else None
+
+    async def resources_history(self, resources_id: str) -> list[ResourcesUpdate]:
+        """voltbus addition: every version of a bundle, oldest first."""
+        versions = await self._versions(resources_id.split(VERSION_SEP)[0])
+        return [resources_view(v, versions[0].created_at) for v in versions]
+
+    async def _latest_event(self) -> ResourcesPublished | None:
+        try:
+            raw = await self.log.js.get_last_msg(
+                self.topology.control_stream, f"{self.topology.namespace}.res.*", direct=True
+            )
+        except NotFoundError:
+            return None
+        event = codec.decode_control(raw.data or b"")
+        return event if isinstance(event, ResourcesPublished) else None
+
+    async def get_latest_resources(self) -> ResourcesUpdate | None:
+        """The most recently published version of any bundle, or None."""
+        event = await self._latest_event()
+        return None if event is None else await self.get_resources_by_id(pinned(event))
+
+    async def _latest_resources_id(self) -> str | None:
+        """The pinned id new rollouts get when they name no resources."""
+        event = await self._latest_event()
+        return pinned(event) if event else None

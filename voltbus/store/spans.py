@@ -1,0 +1,105 @@
+"""Store methods for spans: published on the spans stream; the first span of an attempt marks it running.
+
+Sequence ids come from an atomic per-rollout counter on the bus, 1, 2, 3... across all attempts of
+the rollout, as in Agent Lightning 0.3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from voltbus.schemas.commands import MarkAttemptRunning
+from voltbus.schemas.errors import UnknownAttempt
+from voltbus.schemas.spans import SpanEventInfo, SpanStatus
+
+from .base import StoreBase
+from .types import Span
+from .views import span_event
+
+_NS = 1e9
+
+
+def _attrs(values: Any) -> dict[str, Any]:
+    return {str(k): list(v) if isinstance(v, tuple) else v for k, v in dict(values or {}).items()}
+
+
+def span_from_otel(readable: Any, rollout_id: str, attempt_id: str, sequence_id: int) -> Span:
+    """An OpenTelemetry ``ReadableSpan`` as a store Span (ids as hex, times in seconds)."""
+    ctx = readable.get_span_context()
+    parent = readable.parent
+    status = readable.status
+    return Span(
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        sequence_id=sequence_id,
+        trace_id=format(ctx.trace_id, "032x"),
+        span_id=format(ctx.span_id, "016x"),
+        parent_id=format(parent.span_id, "016x") if parent is not None else None,
+        name=readable.name,
+        status=SpanStatus(status_code=status.status_code.name, description=status.description),
+        attributes=_attrs(readable.attributes),
+        events=[
+            SpanEventInfo(
+                name=e.name, timestamp=e.timestamp / _NS if e.timestamp else None, attributes=_attrs(e.attributes)
+            )
+            for e in readable.events
+        ],
+        start_time=readable.start_time / _NS if readable.start_time else None,
+        end_time=readable.end_time / _NS if readable.end_time else None,
+        resource_attributes=_attrs(readable.resource.attributes if readable.resource else {}),
+    )
+
+
+class SpanMethods(StoreBase):
+    """Recording spans of attempts."""
+
+    _running: set[tuple[str, str]]
+
+    async def _seen_alive(self, rollout_id: str, attempt_id: str, at: float) -> None:
+        """Check the attempt exists; the first sign of life moves a preparing attempt to running."""
+        key = (rollout_id, attempt_id)
+        if key in self._running:
+            return
+        state = await self._state(rollout_id)
+        attempt = state.attempt(attempt_id)
+        if attempt is None:
+            raise UnknownAttempt(rollout_id, attempt_id)
+        if attempt.status == "preparing":
+            await self._apply(rollout_id, MarkAttemptRunning(rollout_id=rollout_id, attempt_id=attempt_id, at=at))
+        self._running.add(key)
+
+    async def add_many_spans(self, spans: Sequence[Span]) -> list[Span]:
+        """Record spans (a repeated span id of the same attempt is stored once); returns them."""
+        for rollout_id, attempt_id in dict.fromkeys((s.rollout_id, s.attempt_id) for s in spans):
+            await self._seen_alive(rollout_id, attempt_id, self.clock())
+        await self.log.publish_spans([span_event(s) for s in spans])
+        return list(spans)
+
+    async def add_span(self, span: Span) -> Span:
+        """Record one span of an attempt."""
+        return (await self.add_many_spans([span]))[0]
+
+    async def add_otel_span(
+        self, rollout_id: str, attempt_id: str, readable_span: Any, sequence_id: int | None = None
+    ) -> Span:
+        """Record an OpenTelemetry span, taking the next sequence id when none is given."""
+        seq = sequence_id if sequence_id is not None else await self.get_next_span_sequence_id(rollout_id, attempt_id)
+        return await self.add_span(span_from_otel(readable_span, rollout_id, attempt_id, seq))
+
+    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
+        """The next span sequence id of a rollout (shared by all its attempts)."""
+        return await self.log.next_sequence(rollout_id)
+
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
+        """Consecutive sequence ids per rollout, in request order."""
+        counts: dict[str, int] = {}
+        for rollout_id, _ in rollout_attempt_ids:
+            counts[rollout_id] = counts.get(rollout_id, 0) + 1
+        last = {rid: await self.log.next_sequence(rid, n) for rid, n in counts.items()}
+        given: dict[str, int] = {rid: last[rid] - n for rid, n in counts.items()}
+        out = []
+        for rollout_id, _ in rollout_attempt_ids:
+            given[rollout_id] += 1
+            out.append(given[rollout_id])
+        return out

@@ -1,0 +1,103 @@
+"""Store methods for workers: each report is a full snapshot on the worker's subject, appended with OCC.
+
+Worker status follows its attempts as in Agent Lightning 0.3: busy while one runs, idle after it
+succeeds or fails, unknown after a timeout or unresponsiveness. Empty dequeues only write when the
+status changes, so an idle runner polling the queue does not flood the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+from msgspec.structs import replace
+from nats.js.errors import NotFoundError
+
+from voltbus.schemas import codec
+from voltbus.schemas.base import derive_id
+from voltbus.schemas.errors import ConcurrencyConflict
+from voltbus.schemas.workers import HeartbeatStats, WorkerStatusReported
+from voltbus.services.lifecycle import RolloutState
+
+from .base import StoreBase
+from .types import Worker
+from .views import worker_view
+
+
+class WorkerMethods(StoreBase):
+    """Worker registration, heartbeats and status."""
+
+    async def _last_report(self, worker_id: str) -> tuple[WorkerStatusReported | None, int]:
+        subject = self.topology.worker(worker_id)
+        try:
+            raw = await self.log.js.get_last_msg(self.topology.control_stream, subject, direct=True)
+        except NotFoundError:
+            return None, 0
+        report = codec.decode_control(raw.data or b"")
+        assert isinstance(report, WorkerStatusReported)
+        return report, raw.seq
+
+    async def _report(
+        self, worker_id: str, change: Callable[[WorkerStatusReported, float], WorkerStatusReported | None]
+    ) -> WorkerStatusReported:
+        """Read the worker's last snapshot, apply ``change`` and append it; retry if another report won."""
+        for _ in range(self.settings.conflict_retries + 1):
+            last, seq = await self._last_report(worker_id)
+            now = self.clock()
+            base = last or WorkerStatusReported(event_id="new", worker_id=worker_id, at=now)
+            new = change(base, now)
+            if new is None:
+                return base
+            event = replace(new, at=now, event_id=derive_id(worker_id, "report", seq, repr(now)))
+            try:
+                await self.log.append([event], expected_seq=seq)
+                return event
+            except ConcurrencyConflict:
+                continue
+        raise ConcurrencyConflict(self.topology.worker(worker_id), seq, None)
+
+    async def update_worker(self, worker_id: str, heartbeat_stats: Any = UNSET) -> Worker:
+        """Record a heartbeat (and its host stats); never changes the worker's status."""
+        stats = None if heartbeat_stats is UNSET else msgspec.convert(heartbeat_stats, HeartbeatStats)
+
+        def beat(w: WorkerStatusReported, now: float) -> WorkerStatusReported:
+            return replace(w, last_heartbeat_time=now, heartbeat_stats=stats or w.heartbeat_stats)
+
+        return worker_view(await self._report(worker_id, beat))
+
+    async def get_worker_by_id(self, worker_id: str) -> Worker | None:
+        """The worker's latest snapshot, or None when it never reported."""
+        last, _ = await self._last_report(worker_id)
+        return worker_view(last) if last else None
+
+    async def _sync_worker(self, worker_id: str | None, state: RolloutState | None, dequeued: bool = False) -> None:
+        """Make the worker's status follow its latest attempt (or go idle after an empty dequeue)."""
+        if not worker_id:
+            return
+
+        def follow(w: WorkerStatusReported, now: float) -> WorkerStatusReported | None:
+            seen = {"last_dequeue_time": now} if dequeued else {}
+            attempt = state.latest if state else None
+            if attempt is None or attempt.worker_id not in (None, worker_id):
+                if w.status == "idle" and dequeued and w.last_dequeue_time is not None:
+                    return None  # an idle worker polling again: nothing new worth a durable write
+                return replace(
+                    w, status="idle", last_idle_time=now, current_rollout_id=None, current_attempt_id=None, **seen
+                )
+            if attempt.status in ("preparing", "running"):
+                return replace(
+                    w,
+                    status="busy",
+                    last_busy_time=now,
+                    current_rollout_id=state.rollout_id,  # type: ignore[union-attr]
+                    current_attempt_id=attempt.attempt_id,
+                    **seen,
+                )
+            status = "idle" if attempt.status in ("succeeded", "failed") else "unknown"
+            return replace(
+                w, status=status, last_idle_time=now, current_rollout_id=None, current_attempt_id=None, **seen
+            )
+
+        await self._report(worker_id, follow)

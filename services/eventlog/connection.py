@@ -43,6 +43,7 @@ async def connect(settings: NatsSettings, name: str = "voltbus") -> Client:
                 connect_timeout=settings.connect_timeout_s,
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.25,
+                drain_timeout=settings.request_timeout_s,
                 error_cb=on_error,
                 disconnected_cb=on_disconnect,
                 reconnected_cb=on_reconnect,

@@ -126,12 +126,12 @@ class EventLog:
         )
         return int(ack.val or 0)
 
-    async def read(self, rollout_id: str, after_seq: int = 0) -> tuple[list[Envelope], int]:
-        """A rollout's events in order and its last sequence (0: the rollout does not exist)."""
+    async def read(self, rollout_id: str, after_seq: int = 0) -> tuple[list[Envelope | BadEvent], int]:
+        """A rollout's events in order (undecodable ones as BadEvent) and its last sequence (0: none)."""
         scope = self.topology.rollout_any(rollout_id)
         return await read_subject(self.js, self.topology.control_stream, scope, codec.decode_control, after_seq)
 
-    async def read_subject(self, subject: str, after_seq: int = 0) -> tuple[list[Envelope], int]:
+    async def read_subject(self, subject: str, after_seq: int = 0) -> tuple[list[Envelope | BadEvent], int]:
         """Events of any control subject (a resources bundle, a run, a worker) and its last sequence."""
         return await read_subject(self.js, self.topology.control_stream, subject, codec.decode_control, after_seq)
 
@@ -144,6 +144,9 @@ class EventLog:
         envelopes, last = await self.read(rollout_id)
         state = decider.initial_state()
         for env in envelopes:
+            if isinstance(env, BadEvent):
+                log.warning("rollout_id=%s: skipping undecodable event at seq %d: %s", rollout_id, env.seq, env.reason)
+                continue
             state = decider.evolve(state, env.event)
         return state, last
 

@@ -10,7 +10,7 @@ from nats.js.errors import NotFoundError
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError
 
-from .records import Envelope
+from .records import BadEvent, Envelope
 
 
 async def read_subject(
@@ -19,23 +19,26 @@ async def read_subject(
     subject: str,
     decode: Callable[[bytes], AnyEvent],
     after_seq: int = 0,
-) -> tuple[list[Envelope], int]:
-    """Events stored on ``subject`` after ``after_seq``, in order, and the last sequence (0 if none).
+) -> tuple[list[Envelope | BadEvent], int]:
+    """Messages stored on ``subject`` after ``after_seq``, in order, and the last sequence (0 if none).
 
-    An undecodable message in an aggregate's history is an error naming its sequence: the history
-    cannot be folded past it.
+    An undecodable message comes back as a BadEvent with its sequence; folding skips it, as it
+    skips an event type it does not know, so one bad message cannot wedge an aggregate.
     """
-    envelopes: list[Envelope] = []
+    envelopes: list[Envelope | BadEvent] = []
     seq = after_seq
     while True:
         try:
             raw = await js.get_msg(stream, seq=seq + 1, subject=subject, direct=True, next=True)
         except NotFoundError:
             return envelopes, seq
+        stamp = raw.time.timestamp() if raw.time else 0.0
         try:
             event = decode(raw.data or b"")
         except DecodeError as exc:
-            raise DecodeError(exc.reason, seq=raw.seq, subject=raw.subject) from None
-        stamp = raw.time.timestamp() if raw.time else 0.0
-        envelopes.append(Envelope(seq=raw.seq, subject=raw.subject or subject, time=stamp, event=event))
+            envelopes.append(
+                BadEvent(seq=raw.seq, subject=raw.subject or subject, data=raw.data or b"", reason=exc.reason)
+            )
+        else:
+            envelopes.append(Envelope(seq=raw.seq, subject=raw.subject or subject, time=stamp, event=event))
         seq = raw.seq

@@ -41,9 +41,7 @@ async def test_kill9_mid_burst_loses_no_acknowledged_event(tmp_path: Path) -> No
         server.kill()
         acked_before_kill = dict(acked)
         server.start()
-        await wait_for(
-            lambda: len(acked) >= len(acked_before_kill) + 400, timeout=90, what="appends after restart"
-        )
+        await wait_for(lambda: len(acked) >= len(acked_before_kill) + 400, timeout=90, what="appends after restart")
         stop.set()
         await asyncio.gather(*tasks)
         for event in unknown.values():  # the client's retry with the same id settles every unknown outcome

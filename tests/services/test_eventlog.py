@@ -204,3 +204,12 @@ async def test_close_ends_an_unfinished_replay(eventlog: EventLog, nats_settings
     async for _ in log.replay():
         break  # leave the replay unfinished
     await asyncio.wait_for(log.close(), timeout=5)
+
+
+async def test_an_undecodable_message_in_a_rollout_is_reported_and_skipped_when_folding(eventlog: EventLog) -> None:
+    await eventlog.append([queued("p1")], expected_seq=0)
+    bad = await eventlog.js.publish(eventlog.topology.rollout_events("p1"), b"garbage")
+    items, last = await eventlog.read("p1")
+    assert [type(i) for i in items] == [Envelope, BadEvent] and items[1].seq == bad.seq == last
+    await eventlog.append([started("p1", 1)], expected_seq=last)  # the rollout is not wedged
+    assert [type(i) for i in (await eventlog.read("p1"))[0]] == [Envelope, BadEvent, Envelope]

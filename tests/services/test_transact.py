@@ -47,9 +47,7 @@ class CounterDecider:
             raise IllegalTransition(command.rollout_id, "cancelled", "Step")
         if command.n == 0:
             return [
-                RolloutCancelled(
-                    event_id=derive_id(command.rollout_id, "cancel"), rollout_id=command.rollout_id, at=0
-                )
+                RolloutCancelled(event_id=derive_id(command.rollout_id, "cancel"), rollout_id=command.rollout_id, at=0)
             ]
         if command.n <= count:
             return []  # already applied: idempotent

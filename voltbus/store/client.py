@@ -30,6 +30,8 @@ class Store(RolloutMethods, SpanMethods, ResourceMethods, WorkerMethods, WaitMet
 
     async def close(self) -> None:
         """Close the connection."""
+        if self._dispatch_sub is not None:
+            await self._dispatch_sub.unsubscribe()
         await self.log.close()
 
     async def __aenter__(self) -> Store:

@@ -13,6 +13,7 @@ from voltbus.schemas import codec
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import ConcurrencyConflict
 from voltbus.schemas.resources import ResourcesPublished
+from voltbus.services.eventlog import Envelope
 
 from .base import StoreBase, new_id
 from .types import NamedResources, ResourcesUpdate
@@ -35,7 +36,7 @@ class ResourceMethods(StoreBase):
 
     async def _versions_at(self, name: str) -> tuple[list[ResourcesPublished], int]:
         envelopes, last = await self.log.read_subject(self.topology.resources(name))
-        return [e.event for e in envelopes if isinstance(e.event, ResourcesPublished)], last
+        return [e.event for e in envelopes if isinstance(e, Envelope) and isinstance(e.event, ResourcesPublished)], last
 
     async def _publish(self, name: str, resources: NamedResources) -> ResourcesUpdate:
         for _ in range(self.settings.conflict_retries + 1):

@@ -18,7 +18,7 @@ def modules(package: object) -> list[str]:
     return [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]  # type: ignore[attr-defined]
 
 
-MODULES = sorted(set(modules(voltbus.schemas) + modules(voltbus.services)))
+MODULES = sorted(m for m in set(modules(voltbus.schemas) + modules(voltbus.services)) if not m.endswith("__main__"))
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -171,6 +171,8 @@ class UpdateAttempt(Command, frozen=True, kw_only=True):
     """New worker id."""
     metadata: dict[str, Json] | msgspec.UnsetType = msgspec.UNSET
     """New metadata (replaces the old)."""
+    last_heartbeat_time: Timestamp | msgspec.UnsetType = msgspec.UNSET
+    """A heartbeat time to record on the attempt."""
     at: Timestamp
     """When."""
 

@@ -232,6 +232,8 @@ class AttemptUpdated(Event, frozen=True, kw_only=True):
     """New worker id, when changed."""
     metadata: dict[str, Json] | msgspec.UnsetType = msgspec.UNSET
     """New metadata (replaces the old), when changed."""
+    last_heartbeat_time: Timestamp | msgspec.UnsetType = msgspec.UNSET
+    """A heartbeat time reported through ``update_attempt``, when given."""
     at: Timestamp
     """When it was updated."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -11,6 +12,7 @@ from typing import Generic, Literal, Protocol, TypeVar
 import msgspec
 from nats.aio.client import Client
 from nats.js.api import Header
+from nats.js.errors import NotFoundError
 
 from voltbus.schemas import codec
 from voltbus.schemas.codec import AnyEvent
@@ -126,6 +128,17 @@ class EventLog:
         )
         return int(ack.val or 0)
 
+    async def raise_sequence(self, rollout_id: str, at_least: int) -> int:
+        """Make a rollout's span counter at least ``at_least`` (it may overshoot under concurrency; it
+        never ends below); return its value."""
+        subject = self.topology.counter(rollout_id)
+        try:
+            raw = await self.js.get_last_msg(self.topology.counters_stream, subject, direct=True)
+            current = int(json.loads(raw.data or b"{}").get("val", 0))
+        except NotFoundError:
+            current = 0
+        return current if current >= at_least else await self.next_sequence(rollout_id, at_least - current)
+
     async def read(self, rollout_id: str, after_seq: int = 0) -> tuple[list[Envelope | BadEvent], int]:
         """A rollout's events in order (undecodable ones as BadEvent) and its last sequence (0: none)."""
         scope = self.topology.rollout_any(rollout_id)
@@ -178,14 +191,17 @@ class EventLog:
         from_time: float | None = None,
         to_seq: int | None = None,
         follow: bool = False,
+        subject: str | None = None,
     ) -> AsyncIterator[Envelope | BadEvent]:
         """Every message of a stream in order; undecodable ones come as BadEvent with their sequence.
 
-        ``follow`` keeps the replay open after the stored messages, yielding new ones as they arrive.
+        ``follow`` keeps the replay open after the stored messages, yielding new ones as they arrive;
+        ``subject`` narrows it to one subject filter (wildcards allowed). Only stored messages are
+        delivered, never a batch that is still uncommitted.
         """
         name = self.topology.control_stream if stream == "control" else self.topology.spans_stream
         decode = codec.decode_control if stream == "control" else codec.decode_spans
-        subjects = f"{self.topology.namespace}.>"
+        subjects = subject or f"{self.topology.namespace}.>"
         replay = replay_stream(self.js, name, subjects, decode, from_seq, from_time, to_seq, follow=follow)
         self._replays.add(replay)
         return replay

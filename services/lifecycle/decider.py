@@ -97,6 +97,11 @@ def _after_attempt(
     )
 
 
+def _changing(state: RolloutState, event: RolloutEvent) -> list[RolloutEvent]:
+    """An update that changes nothing (a repeat, or all fields UNSET) appends nothing."""
+    return [event] if evolve(state, event) != state else []
+
+
 def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
     """The events ``cmd`` produces in ``state``: [] for a repeat, an InvalidCommand when refused."""
     if state.status is None and not isinstance(cmd, QueueRollout | StartRollout):
@@ -123,8 +128,8 @@ def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
                 )
             ]
         case ClaimRollout() | StartAttempt():
-            if state.latest is not None and state.latest.attempt_id == cmd.attempt_id:
-                return []
+            if state.attempt(cmd.attempt_id) is not None:
+                return []  # a repeat: an attempt id names one attempt of the rollout
             claimable = isinstance(cmd, StartAttempt) or (
                 state.status in QUEUED_ROLLOUT and state.dispatch_event_id == cmd.dispatch_event_id
             )
@@ -181,36 +186,21 @@ def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
                 return []
             return [RolloutFailed(event_id=_id(cmd, "parked"), rollout_id=cmd.rollout_id, reason=cmd.reason, at=cmd.at)]
         case UpdateRollout():
-            return [
-                RolloutUpdated(
-                    event_id=_id(cmd, "updated"),
-                    rollout_id=cmd.rollout_id,
-                    mode=cmd.mode,
-                    resources_id=cmd.resources_id,
-                    config=cmd.config,
-                    metadata=cmd.metadata,
-                    at=cmd.at,
-                )
-            ]
+            fields = {k: getattr(cmd, k) for k in ("mode", "resources_id", "config", "metadata")}
+            updated = RolloutUpdated(event_id=_id(cmd, "updated"), rollout_id=cmd.rollout_id, at=cmd.at, **fields)
+            return _changing(state, updated)
         case UpdateAttempt():
+            fields = {k: getattr(cmd, k) for k in ("attempt_id", "worker_id", "metadata", "last_heartbeat_time")}
             _attempt(state, cmd)
-            return [
-                AttemptUpdated(
-                    event_id=_id(cmd, "updated"),
-                    rollout_id=cmd.rollout_id,
-                    attempt_id=cmd.attempt_id,
-                    worker_id=cmd.worker_id,
-                    metadata=cmd.metadata,
-                    at=cmd.at,
-                )
-            ]
+            updated = AttemptUpdated(event_id=_id(cmd, "updated"), rollout_id=cmd.rollout_id, at=cmd.at, **fields)
+            return _changing(state, updated)
     raise TypeError(f"not a rollout command: {cmd!r}")
 
 
 def _finish(cmd: FinishAttempt, state: RolloutState, attempt: AttemptState) -> list[RolloutEvent]:
     if attempt.status == cmd.status:
         return []
-    if attempt.status not in ACTIVE_ATTEMPT:
+    if attempt.status not in ACTIVE_ATTEMPT or is_terminal(state):  # a finished rollout records no more
         raise _illegal(state, cmd, f"{cmd.attempt_id} ({attempt.status})")
     if cmd.status == "succeeded":
         return [

@@ -113,7 +113,9 @@ def evolve(state: RolloutState, event: RolloutEvent) -> RolloutState:
             return replace(state, **changes)
         case AttemptUpdated() if state.attempt(event.attempt_id) is not None:
             changes = {
-                f: getattr(event, f) for f in ("worker_id", "metadata") if getattr(event, f) is not msgspec.UNSET
+                f: getattr(event, f)
+                for f in ("worker_id", "metadata", "last_heartbeat_time")
+                if getattr(event, f) is not msgspec.UNSET
             }
             return _with_attempt(state, event.attempt_id, **changes)
     return state

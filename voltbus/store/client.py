@@ -50,7 +50,7 @@ class Store(RolloutMethods, SpanMethods, ResourceMethods, WorkerMethods, WaitMet
         return {
             "name": type(self).__name__,
             "total_rollouts": len(rollouts),
-            "total_resources": sum(n for s, n in subjects.items() if s.split(".")[1] == "res"),
+            "total_resources": sum(1 for s in subjects if s.split(".")[1] == "res"),
             "total_workers": sum(1 for s in subjects if s.split(".")[1] == "wk"),
             "total_span_events": spans.state.messages,
             "control_events": ctrl.state.messages,

@@ -205,10 +205,11 @@ class RolloutMethods(StoreBase):
         state = await self._state(rollout_id)
         if status == state.status:
             return
-        if status == "cancelled":
-            await self._apply(rollout_id, CancelRollout(rollout_id=rollout_id, reason="update_rollout", at=now))
-        elif status == "failed":
-            await self._apply(rollout_id, ParkRollout(rollout_id=rollout_id, reason="update_rollout", at=now))
+        if decider.is_terminal(state):
+            raise IllegalTransition(rollout_id, str(state.status), f"update_rollout(status={status!r})")
+        if status in ("cancelled", "failed"):
+            cls = CancelRollout if status == "cancelled" else ParkRollout
+            await self._end_rollout(state, cls(rollout_id=rollout_id, reason="update_rollout", at=now))
         elif status == "succeeded" and state.latest is not None:
             await self.update_attempt(rollout_id, state.latest.attempt_id, status="succeeded")
         else:
@@ -230,13 +231,21 @@ class RolloutMethods(StoreBase):
                 raise UnknownAttempt(rollout_id, attempt_id)
             attempt_id = state.latest.attempt_id
         now = self.clock()
-        if worker_id is not UNSET or metadata is not UNSET:
+        if worker_id is not UNSET or metadata is not UNSET or last_heartbeat_time is not UNSET:
             meta = UNSET if metadata is UNSET else metadata_json(metadata)
+            beat = UNSET if last_heartbeat_time is UNSET else (last_heartbeat_time or now)
             state = await self._apply(
                 rollout_id,
-                UpdateAttempt(rollout_id=rollout_id, attempt_id=attempt_id, worker_id=worker_id, metadata=meta, at=now),
+                UpdateAttempt(
+                    rollout_id=rollout_id,
+                    attempt_id=attempt_id,
+                    worker_id=worker_id,
+                    metadata=meta,
+                    last_heartbeat_time=beat,
+                    at=now,
+                ),
             )
-        if last_heartbeat_time is not UNSET:
+        if last_heartbeat_time is not UNSET:  # also a sign of life for the coordinator
             await self.heartbeat(rollout_id, attempt_id, worker_id=None, at=last_heartbeat_time or now)
         if status is not UNSET:
             state = await self._attempt_status(rollout_id, attempt_id, status, now)
@@ -294,12 +303,22 @@ class RolloutMethods(StoreBase):
 
     async def park_rollout(self, rollout_id: str, reason: str) -> RolloutState:
         """voltbus addition (the coordinator's): fail a rollout that cannot be dispatched, with the reason."""
-        return await self._apply(rollout_id, ParkRollout(rollout_id=rollout_id, reason=reason, at=self.clock()))
+        before = await self._state(rollout_id)
+        return await self._end_rollout(before, ParkRollout(rollout_id=rollout_id, reason=reason, at=self.clock()))
 
     async def cancel_rollout(self, rollout_id: str, reason: str = "") -> Rollout:
         """voltbus addition: cancel a rollout, ending its running attempt."""
-        state = await self._apply(rollout_id, CancelRollout(rollout_id=rollout_id, reason=reason, at=self.clock()))
-        return rollout_view(state)
+        before = await self._state(rollout_id)
+        return rollout_view(
+            await self._end_rollout(before, CancelRollout(rollout_id=rollout_id, reason=reason, at=self.clock()))
+        )
+
+    async def _end_rollout(self, before: RolloutState, cmd: CancelRollout | ParkRollout) -> RolloutState:
+        """Cancel or park a rollout, then free the worker of the attempt it ended."""
+        after = await self._apply(cmd.rollout_id, cmd)
+        worker = before.latest.worker_id if before.latest and before.latest.status in ("preparing", "running") else None
+        await self._sync_worker(worker, after)
+        return after
 
     async def heartbeat(self, rollout_id: str, attempt_id: str, worker_id: str | None, at: float | None = None) -> None:
         """Record a sign of life for an attempt (the coordinator's unresponsiveness clock restarts)."""

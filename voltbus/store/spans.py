@@ -73,6 +73,11 @@ class SpanMethods(StoreBase):
         """Record spans (a repeated span id of the same attempt is stored once); returns them."""
         for rollout_id, attempt_id in dict.fromkeys((s.rollout_id, s.attempt_id) for s in spans):
             await self._seen_alive(rollout_id, attempt_id, self.clock())
+        highest: dict[str, int] = {}
+        for s in spans:
+            highest[s.rollout_id] = max(highest.get(s.rollout_id, 0), s.sequence_id)
+        for rollout_id, seq in highest.items():  # later allocations come after any id given explicitly
+            await self.log.raise_sequence(rollout_id, seq)
         await self.log.publish_spans([span_event(s) for s in spans])
         return list(spans)
 

@@ -1,14 +1,13 @@
-"""``wait_for_rollouts``: woken by the rollouts' own events on the bus, never by a polling loop."""
+"""``wait_for_rollouts``: woken by the rollouts' own stored events, never by a polling loop."""
 
 from __future__ import annotations
 
 import asyncio
-import time
+import contextlib
 from collections.abc import Sequence
 
-from nats.aio.msg import Msg
-
-from voltbus.services.lifecycle import decider
+from voltbus.services.eventlog import Envelope
+from voltbus.services.lifecycle import RolloutState, decider
 
 from .base import StoreBase
 from .types import Rollout
@@ -24,32 +23,31 @@ class WaitMethods(StoreBase):
         ``timeout`` None waits until all finish; 0 or less only checks. Unknown ids raise UnknownRollout.
         """
         wanted = list(dict.fromkeys(rollout_ids))
-        changed = asyncio.Event()
-        touched: set[str] = set()
-
-        async def on_event(msg: Msg) -> None:
-            touched.add(msg.subject.split(".")[2])
-            changed.set()
-
-        # subscribe before reading, so an event between the read and the wait is not missed
-        sub = await self.log.nc.subscribe(f"{self.topology.namespace}.ro.*.e", cb=on_event)
-        try:
-            done = {rid: state for rid in wanted if decider.is_terminal(state := await self._state(rid))}
-            deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
-            while len(done) < len(wanted):
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    break
-                try:
-                    await asyncio.wait_for(changed.wait(), remaining)
-                except TimeoutError:
-                    break
-                changed.clear()
-                batch, touched_now = set(touched), touched
-                touched_now.clear()
-                for rid in batch & (set(wanted) - set(done)):
-                    if decider.is_terminal(state := await self._state(rid)):
-                        done[rid] = state
-        finally:
-            await sub.unsubscribe()
+        # note the stream position before reading, then follow the log from there: nothing is missed
+        start = (await self.log.js.stream_info(self.topology.control_stream)).state.last_seq
+        done = {rid: state for rid in wanted if decider.is_terminal(state := await self._state(rid))}
+        if len(done) < len(wanted) and (timeout is None or timeout > 0):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._follow_until_done(wanted, done, start)
         return [rollout_view(done[rid]) for rid in wanted if rid in done]
+
+    async def _follow_until_done(self, wanted: list[str], done: dict[str, RolloutState], start: int) -> None:
+        pending = set(wanted) - set(done)
+        replay = self.log.replay(
+            "control", from_seq=start + 1, follow=True, subject=f"{self.topology.namespace}.ro.*.e"
+        )
+        try:
+            async for item in replay:
+                rid = item.subject.split(".")[2]
+                if (
+                    rid in pending
+                    and isinstance(item, Envelope)
+                    and decider.is_terminal(state := await self._state(rid))
+                ):
+                    done[rid] = state
+                    pending.discard(rid)
+                    if not pending:
+                        return
+        finally:
+            await replay.aclose()  # type: ignore[attr-defined]

@@ -87,6 +87,8 @@ class WorkerMethods(StoreBase):
                     w, status="idle", last_idle_time=now, current_rollout_id=None, current_attempt_id=None, **seen
                 )
             if attempt.status in ("preparing", "running"):
+                if w.status == "busy" and w.current_attempt_id == attempt.attempt_id and not dequeued:
+                    return None  # already reported
                 return replace(
                     w,
                     status="busy",
@@ -96,6 +98,8 @@ class WorkerMethods(StoreBase):
                     **seen,
                 )
             status = "idle" if attempt.status in ("succeeded", "failed") else "unknown"
+            if w.status == status and w.current_attempt_id is None and not dequeued:
+                return None  # already reported
             return replace(
                 w, status=status, last_idle_time=now, current_rollout_id=None, current_attempt_id=None, **seen
             )

@@ -8,7 +8,6 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from voltbus.schemas import codec
 from voltbus.schemas.events import AnyEvent
 from voltbus.services.coordinator.app import run
 from voltbus.services.eventlog import Envelope
@@ -26,7 +25,11 @@ async def running_coordinator(nats: NatsSettings) -> AsyncIterator[None]:
         yield
     finally:
         stop.set()
-        await asyncio.wait_for(task, timeout=10)
+        done, _ = await asyncio.wait([task], timeout=10)
+        if not done:
+            for t in asyncio.all_tasks():
+                t.print_stack(limit=6)
+        await asyncio.wait_for(task, timeout=1)
 
 
 @pytest.fixture
@@ -47,21 +50,13 @@ async def store(nats_settings: NatsSettings) -> AsyncIterator[Store]:
 async def until_event(
     store: Store, rollout_id: str, matches: Callable[[AnyEvent], bool], timeout: float = 10
 ) -> AnyEvent:
-    """Wait for an event of the rollout that ``matches`` (already stored, or arriving), with a deadline."""
-    arrived: asyncio.Queue[AnyEvent] = asyncio.Queue()
-
-    async def on_msg(msg: object) -> None:
-        arrived.put_nowait(codec.decode_control(msg.data))  # type: ignore[attr-defined]
-
-    sub = await store.log.nc.subscribe(store.topology.rollout_any(rollout_id), cb=on_msg)
+    """Wait for a stored event of the rollout that ``matches`` (already there, or arriving), with a deadline."""
+    replay = store.log.replay("control", follow=True, subject=store.topology.rollout_any(rollout_id))
     try:
-        envelopes, _ = await store.log.read(rollout_id)
-        for env in envelopes:
-            if isinstance(env, Envelope) and matches(env.event):
-                return env.event
         async with asyncio.timeout(timeout):
-            while not matches(event := await arrived.get()):
-                pass
-            return event
+            async for item in replay:
+                if isinstance(item, Envelope) and matches(item.event):
+                    return item.event
     finally:
-        await sub.unsubscribe()
+        await replay.aclose()  # type: ignore[attr-defined]
+    raise AssertionError("unreachable")

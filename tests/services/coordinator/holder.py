@@ -14,10 +14,11 @@ async def main(url: str, namespace: str) -> None:
     claimed = None
     while claimed is None:
         claimed = await store.dequeue_rollout(worker_id="doomed")
+    await store.heartbeat(claimed.rollout_id, claimed.attempt.attempt_id, "doomed")
     print(claimed.rollout_id, claimed.attempt.attempt_id, flush=True)
     while True:  # a busy agent: heartbeats until SIGKILL
-        await store.heartbeat(claimed.rollout_id, claimed.attempt.attempt_id, "doomed")
         await asyncio.sleep(0.05)
+        await store.heartbeat(claimed.rollout_id, claimed.attempt.attempt_id, "doomed")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ async def test_killed_runner_attempt_becomes_unresponsive_and_is_retried(
 ) -> None:
     config = RolloutConfig(unresponsive_seconds=0.5, max_attempts=2, retry_condition=["unresponsive"])
     rollout = await store.enqueue_rollout({"question": "2+2"}, config=config)
-    holder = subprocess.Popen(
+    holder = subprocess.Popen(  # noqa: ASYNC220 - started once, then read off the loop
         [sys.executable, "-m", "tests.services.coordinator.holder", nats_settings.url, nats_settings.namespace],
         stdout=subprocess.PIPE,
         text=True,

@@ -48,9 +48,7 @@ def namespace() -> str:
 @pytest.fixture
 def nats_settings(nats_server: NatsServer, namespace: str) -> NatsSettings:
     """Client settings pointing at the session server, in a fresh namespace."""
-    return NatsSettings(
-        url=nats_server.url, namespace=namespace, request_timeout_s=2.0, connect_timeout_s=1.0
-    )
+    return NatsSettings(url=nats_server.url, namespace=namespace, request_timeout_s=2.0, connect_timeout_s=1.0)
 
 
 @pytest.fixture

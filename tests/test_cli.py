@@ -15,9 +15,7 @@ from voltbus.schemas.catalog import json_schemas
 VOLTBUS = [sys.executable, "-c", "from voltbus.cli import main; main()"]
 
 
-def run(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
+def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([*VOLTBUS, *args], capture_output=True, text=True, timeout=timeout, env=full_env)
 
@@ -41,18 +39,14 @@ def test_nats_refuses_a_port_in_use(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        line = one_line_error(
-            run("nats", "--port", str(port), "--monitor-port", "0", "--data-dir", str(tmp_path))
-        )
+        line = one_line_error(run("nats", "--port", str(port), "--monitor-port", "0", "--data-dir", str(tmp_path)))
     assert f"127.0.0.1:{port} is in use" in line
 
 
 def test_nats_refuses_an_unwritable_data_dir(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    line = one_line_error(
-        run("nats", "--port", "0", "--monitor-port", "0", "--data-dir", str(blocker / "store"))
-    )
+    line = one_line_error(run("nats", "--port", "0", "--monitor-port", "0", "--data-dir", str(blocker / "store")))
     assert "not writable" in line and str(blocker) in line
 
 

@@ -132,9 +132,7 @@ def _error_names() -> set[str]:
 def test_stream_of() -> None:
     assert {tag: stream_of(e) for tag, e in SAMPLES.items()} == {
         tag: (
-            "spans"
-            if tag in {"SpanRecorded", "ModelCalled", "RewardReported", "AttemptHeartbeatSent"}
-            else "control"
+            "spans" if tag in {"SpanRecorded", "ModelCalled", "RewardReported", "AttemptHeartbeatSent"} else "control"
         )
         for tag in TAGS
     }

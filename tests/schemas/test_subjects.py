@@ -36,9 +36,7 @@ def test_aggregate_is_the_rollout_of_rollout_events(tag: str) -> None:
 
 
 def test_only_queued_and_requeued_are_dispatchable() -> None:
-    dispatchable = {
-        tag for tag, e in SAMPLES.items() if matches(subject_for(TOPOLOGY, e), TOPOLOGY.dispatchable)
-    }
+    dispatchable = {tag for tag, e in SAMPLES.items() if matches(subject_for(TOPOLOGY, e), TOPOLOGY.dispatchable)}
     assert dispatchable == {"RolloutQueued", "RolloutRequeued"}
 
 

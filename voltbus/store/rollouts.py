@@ -33,7 +33,7 @@ from voltbus.services.lifecycle import RolloutState, decider
 
 from .base import StoreBase, new_id
 from .types import Attempt, AttemptedRollout, EnqueueRolloutRequest, Rollout
-from .views import attempt_view, metadata_json, rollout_view, to_json
+from .views import attempt_view, metadata_json, rollout_config, rollout_view, to_json
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +54,10 @@ class RolloutMethods(StoreBase):
     ) -> QueueRollout:
         return QueueRollout(
             rollout_id=new_id("ro", 12),
-            input=to_json(input),
+            input=to_json(input, "rollout input"),
             mode=mode,  # type: ignore[arg-type]
             resources_id=resources_id or latest,
-            config=config or RolloutConfig(),
+            config=rollout_config(config),
             metadata=metadata_json(metadata),
             at=self.clock(),
         )
@@ -102,10 +102,10 @@ class RolloutMethods(StoreBase):
         cmd = StartRollout(
             rollout_id=new_id("ro", 12),
             attempt_id=new_id("at", 8),
-            input=to_json(input),
+            input=to_json(input, "rollout input"),
             mode=mode,
             resources_id=resources_id or latest,  # type: ignore[arg-type]
-            config=config or RolloutConfig(),
+            config=rollout_config(config),
             metadata=metadata_json(metadata),
             worker_id=worker_id,
             at=self.clock(),
@@ -191,10 +191,11 @@ class RolloutMethods(StoreBase):
         now = self.clock()
         if any(v is not UNSET for v in (mode, resources_id, config, metadata)):
             meta = UNSET if metadata is UNSET else metadata_json(metadata)
+            checked = UNSET if config is UNSET else rollout_config(config)
             await self._apply(
                 rollout_id,
                 UpdateRollout(
-                    rollout_id=rollout_id, mode=mode, resources_id=resources_id, config=config, metadata=meta, at=now
+                    rollout_id=rollout_id, mode=mode, resources_id=resources_id, config=checked, metadata=meta, at=now
                 ),
             )
         if status is not UNSET:

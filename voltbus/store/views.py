@@ -7,7 +7,9 @@ from typing import Any
 import msgspec
 
 from voltbus.schemas.base import derive_id
+from voltbus.schemas.errors import InvalidCommand
 from voltbus.schemas.resources import ResourcesPublished
+from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.schemas.spans import SpanRecorded
 from voltbus.schemas.workers import WorkerStatusReported
 from voltbus.services.lifecycle import AttemptState, RolloutState
@@ -23,14 +25,38 @@ def from_json(raw: msgspec.Raw) -> Any:
     return _json_decode(raw)
 
 
-def to_json(value: Any) -> msgspec.Raw:
-    """A Python value as stored JSON; raises TypeError for values JSON cannot hold."""
-    return msgspec.Raw(_json_encode(value))
+def to_json(value: Any, what: str = "value") -> msgspec.Raw:
+    """A Python value as stored JSON; InvalidCommand for values JSON cannot hold."""
+    try:
+        return msgspec.Raw(_json_encode(value))
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise InvalidCommand(f"{what} is not JSON-serializable: {exc}") from None
 
 
 def metadata_json(metadata: dict[str, Any] | None) -> dict[str, msgspec.Raw]:
     """Metadata values as stored JSON."""
-    return {str(k): to_json(v) for k, v in (metadata or {}).items()}
+    return {str(k): to_json(v, f"metadata[{k!r}]") for k, v in (metadata or {}).items()}
+
+
+def rollout_config(config: Any) -> RolloutConfig:
+    """A RolloutConfig from one (or a dict of its fields), checked; InvalidCommand says what is wrong.
+
+    >>> rollout_config({"max_attempts": 3, "retry_condition": ["failed"]}).max_attempts
+    3
+    >>> rollout_config({"max_attempts": 0})
+    Traceback (most recent call last):
+    ...
+    voltbus.schemas.errors.InvalidCommand: invalid rollout config: Expected `int` >= 1 - at `$.max_attempts`
+    """
+    if config is None:
+        return RolloutConfig()
+    fields = msgspec.to_builtins(config) if isinstance(config, RolloutConfig) else config
+    if hasattr(fields, "model_dump"):  # an Agent Lightning (pydantic) RolloutConfig
+        fields = fields.model_dump()
+    try:
+        return msgspec.convert(fields, RolloutConfig)
+    except msgspec.ValidationError as exc:
+        raise InvalidCommand(f"invalid rollout config: {exc}") from None
 
 
 def attempt_view(rollout_id: str, a: AttemptState) -> Attempt:

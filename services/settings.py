@@ -81,6 +81,25 @@ class CoordinatorSettings(BaseModel):
     """Seconds before a failed stream reader is started again."""
 
 
+class ProjectorSettings(BaseModel):
+    """The projector (DuckDB read models) and its SQL endpoint."""
+
+    db: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("voltbus")) / "projection.duckdb")
+    """The DuckDB file the projector owns (``VOLTBUS_PROJECTOR__DB``)."""
+    host: str = "127.0.0.1"
+    """Interface the SQL endpoint listens on."""
+    port: int = 8765
+    """Port of the SQL endpoint."""
+    url: str = "http://127.0.0.1:8765"
+    """Where clients (``voltbus sql``, the store's queries) reach the running projector."""
+    batch_size: int = 2000
+    """Most events applied in one transaction."""
+    max_wait_s: float = 0.1
+    """Longest wait to fill a batch (bounds the lag from publish to visible in SQL)."""
+    max_rows: int = 100_000
+    """Most rows one SQL query returns over the endpoint (a clear error past it)."""
+
+
 class Settings(BaseSettings):
     """Every voltbus setting, one nested section per concern."""
 
@@ -92,5 +111,7 @@ class Settings(BaseSettings):
     """Embedded server settings."""
     coordinator: CoordinatorSettings = Field(default_factory=CoordinatorSettings)
     """Coordinator settings."""
+    projector: ProjectorSettings = Field(default_factory=ProjectorSettings)
+    """Projector settings."""
     log_level: str = "INFO"
     """Logging level for every service."""

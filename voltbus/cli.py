@@ -97,6 +97,63 @@ def coordinator(nats_url: NatsUrl = None) -> None:
     asyncio.run(run(settings))
 
 
+DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file [env: VOLTBUS_PROJECTOR__DB]")]
+
+
+@app.command()
+def projector(
+    nats_url: NatsUrl = None, db: DbOption = None, port: Annotated[int | None, typer.Option()] = None
+) -> None:
+    """Run the projector: DuckDB read models from the log, and read-only SQL at /sql."""
+    from voltbus.services.projector.app import run
+
+    settings = settings_for(nats_url)
+    settings.projector = settings.projector.model_copy(update={k: v for k, v in {"db": db, "port": port}.items() if v})
+    asyncio.run(run(settings))
+
+
+@app.command()
+def sql(
+    query: Annotated[str | None, typer.Argument(help="SELECT ...; none opens a prompt")] = None,
+    db: Annotated[Path | None, typer.Option("--db", help="query this file (no projector may hold it)")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv, json or parquet")] = "table",
+    out: Annotated[Path | None, typer.Option("--out", help="write the result here")] = None,
+) -> None:
+    """Query the projection with read-only SQL (through the running projector, or a --db file)."""
+    from voltbus.services.projector.client import interactive, render, run_sql
+
+    settings = settings_for()
+    if query is None:
+        return interactive(settings, db, say)
+    render(run_sql(settings, query, db), fmt, out)
+
+
+@app.command()
+def export(
+    to: Annotated[Path, typer.Option("--to", help="directory for the Parquet files")],
+    db: Annotated[Path | None, typer.Option("--db", help="export this file (no projector may hold it)")] = None,
+) -> None:
+    """Write every projection table as a Parquet snapshot."""
+    from voltbus.services.projector.client import export as export_tables
+
+    export_tables(settings_for(), to, db, say)
+
+
+@app.command()
+def replay(
+    db: Annotated[Path, typer.Option("--db", help="the NEW DuckDB file to build")],
+    to_seq: Annotated[int | None, typer.Option(help="stop at this control-stream sequence")] = None,
+    to_time: Annotated[str | None, typer.Option(help="stop at this time (epoch seconds or ISO 8601)")] = None,
+    from_seq: Annotated[int | None, typer.Option(help="start at this control-stream sequence")] = None,
+    nats_url: NatsUrl = None,
+) -> None:
+    """Rebuild every table from the log into a new database, up to a point in the past if asked."""
+    from voltbus.services.projector.client import parse_time, rebuild_sync
+
+    until = parse_time(to_time) if to_time else None
+    rebuild_sync(settings_for(nats_url), db, say, to_seq=to_seq, to_time=until, from_seq=from_seq)
+
+
 @app.command()
 def streams(nats_url: NatsUrl = None) -> None:
     """Create the streams if needed and print their state."""

@@ -7,6 +7,7 @@ ambiguity resolution), aggregate reads, pipelined span publishing and ordered re
 from __future__ import annotations
 
 from .connection import connect
+from .feed import Feed
 from .log import Decider, EventLog, Transacted
 from .records import Appended, BadEvent, Envelope
 from .streams import control_config, ensure_streams, spans_config, topology_of
@@ -17,6 +18,7 @@ __all__ = [
     "Decider",
     "Envelope",
     "EventLog",
+    "Feed",
     "Transacted",
     "connect",
     "control_config",

@@ -22,6 +22,7 @@ from voltbus.schemas.subjects import Topology, aggregate_of, subject_for
 from ..settings import NatsSettings
 from .append import Expectation, Message, Writer
 from .connection import connect
+from .feed import Feed
 from .read import read_subject
 from .records import Appended, BadEvent, Envelope
 from .replay import replay_stream
@@ -183,6 +184,12 @@ class EventLog:
                 state = decider.evolve(state, event)
             return Transacted(events=list(events), state=state, seq=ack.seq)
         raise ConcurrencyConflict(self.topology.rollout_any(rollout_id), last, await self.head(rollout_id))
+
+    def feed(self, stream: StreamName = "control") -> Feed:
+        """A batch reader of a stream for projectors (open it at a sequence, then take batches)."""
+        name = self.topology.control_stream if stream == "control" else self.topology.spans_stream
+        decode = codec.decode_control if stream == "control" else codec.decode_spans
+        return Feed(self.js, name, f"{self.topology.namespace}.>", decode)
 
     def replay(
         self,

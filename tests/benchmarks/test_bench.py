@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks import bench_eventlog
+from tests.benchmarks import bench_control, bench_eventlog
 
 pytestmark = pytest.mark.bench
 
@@ -17,5 +17,15 @@ async def test_bench_eventlog(tmp_path: Path) -> None:
     figures = await bench_eventlog.run(bench_eventlog.Options(), tmp_path / "nats")
     cases = {f.case for f in figures}
     assert {"append_seq", "append_c32", "append_many", "spans", "replay_control", "replay_spans"} <= cases
+    for f in figures:
+        assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f
+
+
+@pytest.mark.timeout(600)
+async def test_bench_control(tmp_path: Path) -> None:
+    """The default control-plane run (enqueue, claim, complete): prints the table, appends rows to results.csv."""
+    figures = await bench_control.run(bench_control.Options(), tmp_path / "nats")
+    cases = {f.case for f in figures}
+    assert {"enqueue", "claim_c1", "claim_c8", "claim_c32", "complete_c1", "complete_c8", "complete_c32"} <= cases
     for f in figures:
         assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f

@@ -1,0 +1,93 @@
+"""Feeding the projector from the bus: both streams, in batches, live or up to a point in the past."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Callable
+
+import nats.errors
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from voltbus.services.eventlog import EventLog
+
+from .projector import STREAMS, Projector
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]
+"""Called after each batch with (stream, position, end) where end is 0 when following live."""
+
+
+async def first_seq_at(log_: EventLog, stream: str, at: float) -> int | None:
+    """Sequence of the first message of ``stream`` stored at or after time ``at`` (None: none yet)."""
+    name = log_.topology.control_stream if stream == "control" else log_.topology.spans_stream
+    start = ConsumerConfig(opt_start_time=dt.datetime.fromtimestamp(at, dt.UTC))
+    sub = await log_.js.subscribe(
+        f"{log_.topology.namespace}.>",
+        stream=name,
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.BY_START_TIME,
+        config=start,
+    )
+    try:
+        msg = await sub.next_msg(timeout=1.0)
+        return msg.metadata.sequence.stream
+    except nats.errors.TimeoutError:
+        return None
+    finally:
+        await sub.unsubscribe()
+
+
+async def ends_at(log_: EventLog, to_seq: int | None = None, to_time: float | None = None) -> dict[str, int]:
+    """Where a rebuild stops, per stream: ``to_seq`` of the control stream (spans up to that message's
+    time), or everything up to ``to_time``, or everything stored now."""
+    ends = {s: (await log_.feed(s).last_seq()) for s in STREAMS}
+    if to_seq is not None:
+        ends["control"] = min(to_seq, ends["control"])
+        if ends["control"] > 0:
+            raw = await log_.js.get_msg(log_.topology.control_stream, seq=ends["control"])
+            to_time = raw.time.timestamp() if raw.time else None
+        else:
+            ends["spans"] = 0
+    if to_time is not None:
+        for stream in STREAMS if to_seq is None else ("spans",):
+            first_after = await first_seq_at(log_, stream, to_time + 1e-6)
+            ends[stream] = min(ends[stream], first_after - 1) if first_after is not None else ends[stream]
+    return ends
+
+
+async def project(
+    projector: Projector,
+    log_: EventLog,
+    ends: dict[str, int] | None = None,
+    stop: asyncio.Event | None = None,
+    progress: Progress | None = None,
+    batch_size: int = 2000,
+    max_wait: float = 0.1,
+) -> None:
+    """Apply both streams until ``ends`` are reached (a rebuild) or ``stop`` is set (live)."""
+    lock = asyncio.Lock()
+
+    async def one(stream: str) -> None:
+        end = ends[stream] if ends is not None else None
+        if end is not None and projector.positions[stream] >= end:
+            return
+        feed = await log_.feed(stream).open(projector.positions[stream] + 1)  # type: ignore[arg-type]
+        try:
+            while not (stop and stop.is_set()):
+                items = await feed.batch(batch_size, max_wait, to_seq=end)
+                if items:
+                    async with lock:  # one writer connection: batches of the two streams take turns
+                        await asyncio.to_thread(projector.apply, stream, items)
+                    if progress:
+                        progress(stream, projector.positions[stream], end or 0)
+                if end is not None and projector.positions[stream] >= end:
+                    return
+        finally:
+            await feed.close()
+
+    async with asyncio.TaskGroup() as tasks:
+        for stream in STREAMS:
+            tasks.create_task(one(stream))

@@ -1,0 +1,174 @@
+"""The projector: applies stored events to DuckDB tables exactly once, in batches.
+
+Each batch of a stream is applied, and that stream's checkpoint moved, in one DuckDB transaction,
+so a kill at any instant loses nothing and doubles nothing: on restart each stream resumes at its
+checkpoint + 1. Rollout and attempt rows come from folding the lifecycle decider's ``evolve``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import shutil
+from pathlib import Path
+
+import duckdb
+import msgspec
+import pyarrow as pa
+
+from voltbus.schemas.subjects import aggregate_of
+from voltbus.services.eventlog import BadEvent, Envelope
+from voltbus.services.lifecycle import RolloutState, decider
+
+from . import blocks
+from .rows import Row, activity_key, control_row, rollout_rows, telemetry_row
+
+log = logging.getLogger(__name__)
+
+PROJECTION_VERSION = 1
+"""Bump when tables or row mapping change: an older database is then rebuilt from the log."""
+STREAMS = ("control", "spans")
+KEYS = {"WorkerStatusReported": ("worker_id",), "ResourcesPublished": ("resources_id",), "RunStarted": ("run_id",)}
+"""Blocks that replace rows by key: within one batch only the last row per key is kept."""
+
+_state_decoder = msgspec.json.Decoder(RolloutState)
+
+
+def prepare_file(path: Path) -> None:
+    """Move aside a database written by an older projection version (it will be rebuilt from the log)."""
+    if not path.exists():
+        return
+    with duckdb.connect(str(path), read_only=True) as con:
+        try:
+            row = con.execute("SELECT value FROM projection_meta WHERE key = 'version'").fetchone()
+        except duckdb.CatalogException:
+            row = None
+    if row is None or int(row[0]) != PROJECTION_VERSION:
+        backup = path.with_name(f"{path.name}.v{row[0] if row else 'unknown'}.bak")
+        log.warning(
+            "%s was built by projection version %s, not %d: moved to %s, rebuilding from the log",
+            path,
+            row[0] if row else "unknown",
+            PROJECTION_VERSION,
+            backup,
+        )
+        shutil.move(path, backup)
+        wal = path.with_name(path.name + ".wal")
+        if wal.exists():
+            shutil.move(wal, backup.with_name(backup.name + ".wal"))
+
+
+class Projector:
+    """The only writer of one DuckDB file."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.schemas, self.blocks = blocks.load()
+        self.states: dict[str, RolloutState] = {}
+        self.positions = dict.fromkeys(STREAMS, 0)
+        self.applied = 0
+        prepare_file(self.path)
+        self.con = duckdb.connect(str(self.path))
+        for block in self.schemas:
+            self.con.execute(block.sql)
+        self.con.execute("INSERT OR IGNORE INTO projection_meta VALUES ('version', ?)", [str(PROJECTION_VERSION)])
+        self._load()
+
+    def _load(self) -> None:
+        """Positions and folded rollout states as the last committed transaction left them."""
+        self.positions = dict.fromkeys(STREAMS, 0)
+        for stream, seq in self.con.execute("SELECT stream, seq FROM checkpoints").fetchall():
+            self.positions[stream] = seq
+        rows = self.con.execute("SELECT rollout_id, state FROM rollout_states").fetchall()
+        self.states = {rid: _state_decoder.decode(blob) for rid, blob in rows}
+
+    def close(self) -> None:
+        """Close the database."""
+        self.con.close()
+
+    def apply(self, stream: str, items: list[Envelope | BadEvent]) -> None:
+        """Apply one batch of ``stream`` and move its checkpoint, atomically; already applied items are skipped."""
+        items = [i for i in items if i.seq > self.positions[stream]]
+        if not items:
+            return
+        rows: dict[str, list[Row]] = collections.defaultdict(list)
+        touched: dict[str, int] = {}
+        activity: dict[tuple[str, str], Row] = {}
+        last, stamp = self.positions[stream], 0.0
+        for item in items:
+            if item.seq != last + 1:
+                log.error("GAP in %s: after seq %d came %d (messages missing from the log)", stream, last, item.seq)
+                rows["gaps"].append({"stream": stream, "after_seq": last, "next_seq": item.seq})
+            last = item.seq
+            if isinstance(item, BadEvent):
+                rows["quarantine"].append(_parked(stream, item.seq, item.subject, item.reason, item.data))
+                continue
+            stamp = item.time
+            try:
+                self._rows_of(stream, item, rows, touched, activity)
+            except Exception as exc:  # one event that cannot be applied must not block the projection
+                log.exception("quarantined %s seq %d", stream, item.seq)
+                rows["quarantine"].append(_parked(stream, item.seq, item.subject, f"could not apply: {exc}", None))
+        for rollout_id, seq in touched.items():
+            rollout, attempts = rollout_rows(self.states[rollout_id], seq)
+            rows["rollout_rows"].append(rollout)
+            rows["attempt_rows"] += attempts
+            rows["state_rows"].append({"rollout_id": rollout_id, "state": msgspec.json.encode(self.states[rollout_id])})
+        rows["activity_rows"] += activity.values()
+        rows["checkpoint"].append({"stream": stream, "seq": last, "updated_at": stamp})
+        self._commit(rows)
+        self.positions[stream] = last
+        self.applied += len(items)
+
+    def _rows_of(
+        self,
+        stream: str,
+        env: Envelope,
+        rows: dict[str, list[Row]],
+        touched: dict[str, int],
+        activity: dict[tuple[str, str], Row],
+    ) -> None:
+        if stream == "spans":
+            if (row := telemetry_row(env)) is not None:
+                rows[row[0]].append(row[1])
+            if (key := activity_key(env)) is not None:
+                seen = activity.get(key)
+                events = seen["events"] + 1 if seen else 1
+                last_seen = max(seen["last_seen"], env.time) if seen else env.time
+                activity[key] = {
+                    "rollout_id": key[0],
+                    "attempt_id": key[1],
+                    "last_seen": last_seen,
+                    "events": events,
+                    "last_seq": env.seq,
+                }
+            return
+        rollout_id = aggregate_of(env.event)
+        if rollout_id is not None:
+            state = decider.evolve(self.states.get(rollout_id, decider.initial_state()), env.event)  # type: ignore[arg-type]
+            if state.status is not None:
+                self.states[rollout_id] = state
+                touched[rollout_id] = env.seq
+        elif (row := control_row(env)) is not None:
+            rows[row[0]].append(row[1])
+
+    def _commit(self, rows: dict[str, list[Row]]) -> None:
+        self.con.begin()
+        try:
+            for name, block_rows in rows.items():
+                if not block_rows:
+                    continue
+                if name in KEYS:
+                    block_rows = list({tuple(r[k] for k in KEYS[name]): r for r in block_rows}.values())
+                self.con.register("batch", pa.Table.from_pylist(block_rows))
+                self.con.execute(self.blocks[name].sql)
+                self.con.unregister("batch")
+            self.con.commit()
+        except BaseException:
+            self.con.rollback()
+            self._load()  # in-memory folds went ahead of the database: take them back
+            raise
+
+
+def _parked(stream: str, seq: int, subject: str, reason: str, data: bytes | None) -> Row:
+    return {"stream": stream, "seq": seq, "subject": subject, "reason": reason, "data": data}

@@ -1,0 +1,48 @@
+-- name: schema
+-- Rollouts and attempts as the lifecycle decider's evolve folds them; rollout_states keeps each fold.
+CREATE TABLE IF NOT EXISTS rollouts (
+    rollout_id VARCHAR PRIMARY KEY,
+    status VARCHAR NOT NULL,
+    mode VARCHAR,
+    resources_id VARCHAR,
+    input JSON,
+    config JSON,
+    metadata JSON,
+    start_time DOUBLE NOT NULL,
+    end_time DOUBLE,
+    attempt_count INTEGER NOT NULL,
+    latest_attempt_id VARCHAR,
+    reason VARCHAR,
+    last_seq BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    rollout_id VARCHAR NOT NULL,
+    attempt_id VARCHAR NOT NULL,
+    sequence_id INTEGER NOT NULL,
+    status VARCHAR NOT NULL,
+    worker_id VARCHAR,
+    start_time DOUBLE NOT NULL,
+    end_time DOUBLE,
+    last_heartbeat_time DOUBLE,
+    error_type VARCHAR,
+    error_message VARCHAR,
+    metadata JSON,
+    last_seq BIGINT NOT NULL,
+    PRIMARY KEY (rollout_id, attempt_id)
+);
+CREATE TABLE IF NOT EXISTS rollout_states (
+    rollout_id VARCHAR PRIMARY KEY,
+    state BLOB NOT NULL
+);
+
+-- name: rollout_rows
+-- Replace each touched rollout's row with its newly folded state.
+INSERT OR REPLACE INTO rollouts BY NAME SELECT * FROM batch;
+
+-- name: attempt_rows
+-- Replace each touched attempt's row.
+INSERT OR REPLACE INTO attempts BY NAME SELECT * FROM batch;
+
+-- name: state_rows
+-- Keep the folded state of each touched rollout, so a restart resumes the fold.
+INSERT OR REPLACE INTO rollout_states BY NAME SELECT * FROM batch;

@@ -1,0 +1,206 @@
+"""Pure mapping from stored events to table rows (dicts keyed by column name), one SQL block each.
+
+Rollout and attempt rows come from the lifecycle decider's folded state, never from a second
+copy of the lifecycle rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from voltbus.schemas.resources import ResourcesPublished
+from voltbus.schemas.spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanRecorded
+from voltbus.schemas.training import CheckpointSaved, RunFinished, RunStarted, StepCompleted
+from voltbus.schemas.workers import WorkerStatusReported
+from voltbus.services.eventlog import Envelope
+from voltbus.services.lifecycle import RolloutState
+
+Row = dict[str, Any]
+
+_encode = msgspec.json.Encoder().encode
+
+
+def json_text(value: object) -> str:
+    """A value as JSON text for a JSON column.
+
+    >>> json_text({"a": [1, 2]})
+    '{"a":[1,2]}'
+    """
+    return _encode(value).decode()
+
+
+def telemetry_row(env: Envelope) -> tuple[str, Row] | None:
+    """The row a spans-stream event adds, under its block name (None: it only counts as activity)."""
+    e, seq = env.event, env.seq
+    match e:
+        case SpanRecorded():
+            return "SpanRecorded", {
+                "seq": seq,
+                "event_id": e.event_id,
+                "rollout_id": e.rollout_id,
+                "attempt_id": e.attempt_id,
+                "sequence_id": e.sequence_id,
+                "trace_id": e.trace_id,
+                "span_id": e.span_id,
+                "parent_id": e.parent_id,
+                "name": e.name,
+                "start_time": e.start_time,
+                "end_time": e.end_time,
+                "status_code": e.status.status_code,
+                "status_description": e.status.description,
+                "attributes": json_text(e.attributes),
+                "events": json_text(e.events),
+                "resource_attributes": json_text(e.resource_attributes),
+            }
+        case ModelCalled():
+            return "ModelCalled", {
+                "seq": seq,
+                "event_id": e.event_id,
+                "rollout_id": e.rollout_id,
+                "attempt_id": e.attempt_id,
+                "call_id": e.call_id,
+                "resources_id": e.resources_id,
+                "model": e.model,
+                "request": bytes(e.request).decode(),
+                "response": bytes(e.response).decode(),
+                "prompt_ids": e.prompt_ids,
+                "response_ids": e.response_ids,
+                "logprobs": e.logprobs,
+                "latency_s": e.latency_s,
+                "prompt_tokens": e.usage.prompt_tokens,
+                "completion_tokens": e.usage.completion_tokens,
+                "total_tokens": e.usage.total_tokens,
+                "status": e.status,
+                "error": e.error,
+                "recorded_at": e.at,
+            }
+        case RewardReported():
+            return "RewardReported", {
+                "seq": seq,
+                "event_id": e.event_id,
+                "rollout_id": e.rollout_id,
+                "attempt_id": e.attempt_id,
+                "value": e.value,
+                "dimensions": json_text(e.dimensions),
+                "primary_key": e.primary_key,
+                "call_id": e.call_id,
+                "recorded_at": e.at,
+            }
+    return None
+
+
+def activity_key(env: Envelope) -> tuple[str, str] | None:
+    """(rollout, attempt) of a sign of life on the spans stream."""
+    e = env.event
+    if isinstance(e, SpanRecorded | ModelCalled | RewardReported | AttemptHeartbeatSent):
+        return e.rollout_id, e.attempt_id
+    return None
+
+
+def control_row(env: Envelope) -> tuple[str, Row] | None:
+    """The row a non-rollout control event adds or replaces, under its block name."""
+    e, seq = env.event, env.seq
+    match e:
+        case ResourcesPublished():
+            resources = json_text({k: msgspec.to_builtins(v) for k, v in e.resources.items()})
+            return "ResourcesPublished", {
+                "seq": seq,
+                "resources_id": e.resources_id,
+                "name": e.name,
+                "version": e.version,
+                "resources": resources,
+                "created_at": e.created_at,
+            }
+        case WorkerStatusReported():
+            stats = json_text(e.heartbeat_stats) if e.heartbeat_stats else None
+            return "WorkerStatusReported", {
+                "worker_id": e.worker_id,
+                "status": e.status,
+                "current_rollout_id": e.current_rollout_id,
+                "current_attempt_id": e.current_attempt_id,
+                "heartbeat_stats": stats,
+                "last_heartbeat_time": e.last_heartbeat_time,
+                "last_dequeue_time": e.last_dequeue_time,
+                "last_busy_time": e.last_busy_time,
+                "last_idle_time": e.last_idle_time,
+                "updated_at": e.at,
+                "seq": seq,
+            }
+        case RunStarted():
+            return "RunStarted", {
+                "run_id": e.run_id,
+                "algorithm": e.algorithm,
+                "config": bytes(e.config).decode(),
+                "status": "running",
+                "reason": None,
+                "started_at": e.at,
+                "finished_at": None,
+                "seq": seq,
+            }
+        case StepCompleted():
+            return "StepCompleted", {
+                "seq": seq,
+                "run_id": e.run_id,
+                "step": e.step,
+                "metrics": json_text(e.metrics),
+                "resources_id": e.resources_id,
+                "recorded_at": e.at,
+            }
+        case CheckpointSaved():
+            return "CheckpointSaved", {
+                "seq": seq,
+                "run_id": e.run_id,
+                "step": e.step,
+                "uri": e.uri,
+                "sha256": e.sha256,
+                "recorded_at": e.at,
+            }
+        case RunFinished():
+            return "RunFinished", {
+                "run_id": e.run_id,
+                "status": e.status,
+                "reason": e.reason,
+                "finished_at": e.at,
+                "seq": seq,
+            }
+    return None
+
+
+def rollout_rows(state: RolloutState, seq: int) -> tuple[Row, list[Row]]:
+    """The rollout's row and its attempts' rows, from its folded state."""
+    latest = state.latest
+    rollout = {
+        "rollout_id": state.rollout_id,
+        "status": state.status,
+        "mode": state.mode,
+        "resources_id": state.resources_id,
+        "input": bytes(state.input).decode(),
+        "config": json_text(state.config),
+        "metadata": json_text(state.metadata),
+        "start_time": state.start_time,
+        "end_time": state.end_time,
+        "attempt_count": len(state.attempts),
+        "latest_attempt_id": latest.attempt_id if latest else None,
+        "reason": state.reason or None,
+        "last_seq": seq,
+    }
+    attempts = [
+        {
+            "rollout_id": state.rollout_id,
+            "attempt_id": a.attempt_id,
+            "sequence_id": a.sequence_id,
+            "status": a.status,
+            "worker_id": a.worker_id,
+            "start_time": a.start_time,
+            "end_time": a.end_time,
+            "last_heartbeat_time": a.last_heartbeat_time,
+            "error_type": a.error.type if a.error else None,
+            "error_message": a.error.message if a.error else None,
+            "metadata": json_text(a.metadata),
+            "last_seq": seq,
+        }
+        for a in state.attempts
+    ]
+    return rollout, attempts

@@ -1,0 +1,80 @@
+-- name: schema
+-- Telemetry rows, one per event (append-only): spans, model calls, rewards, and each attempt's last sign of life.
+CREATE TABLE IF NOT EXISTS spans (
+    seq BIGINT NOT NULL,
+    event_id VARCHAR NOT NULL,
+    rollout_id VARCHAR NOT NULL,
+    attempt_id VARCHAR NOT NULL,
+    sequence_id INTEGER NOT NULL,
+    trace_id VARCHAR NOT NULL,
+    span_id VARCHAR NOT NULL,
+    parent_id VARCHAR,
+    name VARCHAR NOT NULL,
+    start_time DOUBLE,
+    end_time DOUBLE,
+    status_code VARCHAR,
+    status_description VARCHAR,
+    attributes JSON,
+    events JSON,
+    resource_attributes JSON
+);
+CREATE TABLE IF NOT EXISTS model_calls (
+    seq BIGINT NOT NULL,
+    event_id VARCHAR NOT NULL,
+    rollout_id VARCHAR NOT NULL,
+    attempt_id VARCHAR NOT NULL,
+    call_id VARCHAR NOT NULL,
+    resources_id VARCHAR,
+    model VARCHAR,
+    request JSON,
+    response JSON,
+    prompt_ids INTEGER[],
+    response_ids INTEGER[],
+    logprobs DOUBLE[],
+    latency_s DOUBLE,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    total_tokens INTEGER,
+    status VARCHAR,
+    error VARCHAR,
+    recorded_at DOUBLE
+);
+CREATE TABLE IF NOT EXISTS rewards (
+    seq BIGINT NOT NULL,
+    event_id VARCHAR NOT NULL,
+    rollout_id VARCHAR NOT NULL,
+    attempt_id VARCHAR NOT NULL,
+    value DOUBLE,
+    dimensions JSON,
+    primary_key VARCHAR,
+    call_id VARCHAR,
+    recorded_at DOUBLE
+);
+CREATE TABLE IF NOT EXISTS attempt_activity (
+    rollout_id VARCHAR NOT NULL,
+    attempt_id VARCHAR NOT NULL,
+    last_seen DOUBLE NOT NULL,
+    events BIGINT NOT NULL,
+    last_seq BIGINT NOT NULL,
+    PRIMARY KEY (rollout_id, attempt_id)
+);
+
+-- name: SpanRecorded
+-- Append one row per recorded span.
+INSERT INTO spans BY NAME SELECT * FROM batch;
+
+-- name: ModelCalled
+-- Append one row per model call, with its token ids and logprobs.
+INSERT INTO model_calls BY NAME SELECT * FROM batch;
+
+-- name: RewardReported
+-- Append one row per reward.
+INSERT INTO rewards BY NAME SELECT * FROM batch;
+
+-- name: activity_rows
+-- Add each attempt's new signs of life to its running count and latest time.
+INSERT INTO attempt_activity BY NAME SELECT * FROM batch
+ON CONFLICT (rollout_id, attempt_id) DO UPDATE SET
+    last_seen = greatest(attempt_activity.last_seen, excluded.last_seen),
+    events = attempt_activity.events + excluded.events,
+    last_seq = excluded.last_seq;

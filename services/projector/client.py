@@ -1,0 +1,164 @@
+"""Clients of the projection: SQL over the projector's endpoint or on a file no one is writing,
+Parquet export, and rebuilding a database from the log with progress."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import httpx
+import pyarrow as pa
+import pyarrow.csv
+import pyarrow.parquet
+
+from voltbus.projections.follow import ends_at, project
+from voltbus.projections.projector import Projector
+from voltbus.schemas.errors import InvalidCommand, VoltbusError
+from voltbus.services.eventlog import EventLog
+from voltbus.services.settings import Settings
+
+from .sql import from_ipc, query
+
+INTERNAL = {"rollout_states"}
+"""Tables that are the projector's own bookkeeping, not exported."""
+
+
+class ProjectionUnavailable(VoltbusError):
+    """Neither a running projector nor a readable database file answered."""
+
+
+def open_read_only(db: Path) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to a database no process is writing."""
+    if not db.exists():
+        raise ProjectionUnavailable(f"no database at {db}")
+    try:
+        return duckdb.connect(str(db), read_only=True)
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            raise ProjectionUnavailable(
+                f"{db} is open by a running projector: query it through the projector (`voltbus sql` without --db)"
+            ) from None
+        raise
+
+
+def run_sql(settings: Settings, sql: str, db: Path | None = None) -> pa.Table:
+    """Rows of a read-only query, from ``db`` if given, else from the running projector."""
+    if db is not None:
+        with open_read_only(db) as con:
+            return query(con, sql, settings.projector.max_rows)
+    url = settings.projector.url.rstrip("/") + "/sql"
+    try:
+        response = httpx.post(url, json={"sql": sql}, timeout=60)
+    except httpx.TransportError as exc:
+        raise ProjectionUnavailable(
+            f"no projector answers at {url} ({exc}); start one with `voltbus projector`, or pass --db FILE"
+        ) from None
+    if response.status_code != 200:
+        raise InvalidCommand(response.json().get("error", response.text))
+    return from_ipc(response.content)
+
+
+def render(table: pa.Table, fmt: str, out: Path | None = None) -> None:
+    """Print ``table`` as text, csv or json lines, or write it as Parquet to ``out``."""
+    if fmt == "parquet":
+        if out is None:
+            raise InvalidCommand("--format parquet needs --out FILE")
+        pyarrow.parquet.write_table(table, out)
+    elif fmt == "csv":
+        pyarrow.csv.write_csv(table, out or sys.stdout.buffer)
+    elif fmt == "json":
+        import json
+
+        text = "".join(json.dumps(row, default=str) + "\n" for row in table.to_pylist())
+        out.write_text(text) if out else sys.stdout.write(text)
+    else:
+        duckdb.from_arrow(table).show(max_rows=100, max_width=200)
+
+
+def interactive(settings: Settings, db: Path | None, say: Callable[[str], None]) -> None:
+    """A prompt: one query per line, until an empty line after EOF, ``.quit`` or Ctrl-D."""
+    say("read-only SQL on the projection; end with Ctrl-D or .quit")
+    while True:
+        try:
+            line = input("voltbus> ").strip()
+        except EOFError:
+            return
+        if line in (".quit", ".exit"):
+            return
+        if line:
+            try:
+                render(run_sql(settings, line, db), "table")
+            except VoltbusError as exc:
+                say(f"error: {exc}")
+
+
+def export(settings: Settings, to: Path, db: Path | None, say: Callable[[str], None]) -> None:
+    """Write every table as Parquet into ``to`` (from ``db``, or through the running projector)."""
+    to.mkdir(parents=True, exist_ok=True)
+    tables = [r[0] for r in run_sql(settings, "SELECT table_name FROM information_schema.tables", db).to_pylist()]
+    for name in sorted(set(tables) - INTERNAL):
+        table = run_sql(settings, f'SELECT * FROM "{name}"', db)
+        pyarrow.parquet.write_table(table, to / f"{name}.parquet")
+        say(f"{name}: {table.num_rows} rows -> {to / (name + '.parquet')}")
+
+
+def parse_time(text: str) -> float:
+    """Seconds since the epoch from a number or an ISO 8601 time (UTC when no zone is given)."""
+    try:
+        return float(text)
+    except ValueError:
+        stamp = dt.datetime.fromisoformat(text)
+        return (stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.UTC)).timestamp()
+
+
+async def rebuild(
+    settings: Settings,
+    db: Path,
+    say: Callable[[str], None],
+    to_seq: int | None = None,
+    to_time: float | None = None,
+    from_seq: int | None = None,
+) -> dict[str, int]:
+    """Build ``db`` from the log, up to a sequence or a time, printing rate and ETA; return the positions."""
+    log_ = await EventLog.connect(settings.nats, name="voltbus-replay")
+    projector = Projector(db)
+    try:
+        if from_seq:
+            projector.positions["control"] = from_seq - 1
+        ends = await ends_at(log_, to_seq, to_time)
+        total = sum(max(0, ends[s] - projector.positions[s]) for s in ends)
+        started = last_said = time.monotonic()
+
+        def progress(stream: str, position: int, end: int) -> None:
+            nonlocal last_said
+            if time.monotonic() - last_said >= 1.0:
+                last_said = time.monotonic()
+                rate = projector.applied / max(last_said - started, 1e-9)
+                eta = (total - projector.applied) / rate if rate else 0.0
+                say(f"replay: {projector.applied:,}/{total:,} events, {rate:,.0f}/s, ETA {eta:,.0f}s")
+
+        say(f"replaying control 1..{ends['control']} and spans 1..{ends['spans']} into {db}")
+        await project(projector, log_, ends=ends, progress=progress, batch_size=settings.projector.batch_size)
+        took = max(time.monotonic() - started, 1e-9)
+        positions = dict(projector.positions)
+        rate = projector.applied / took
+        say(
+            f"rebuilt {db}: {projector.applied:,} events in {took:.1f}s ({rate:,.0f}/s); "
+            f"control seq {positions['control']}, spans seq {positions['spans']}"
+        )
+        return positions
+    finally:
+        projector.close()
+        await log_.close()
+
+
+def rebuild_sync(settings: Settings, db: Path, say: Callable[[str], None], **kwargs: object) -> None:
+    """``rebuild`` for the command line; refuses to overwrite an existing file."""
+    if db.exists():
+        raise InvalidCommand(f"{db} already exists: replay builds a new database, choose another path")
+    asyncio.run(rebuild(settings, db, say, **kwargs))  # type: ignore[arg-type]

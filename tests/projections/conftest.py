@@ -1,0 +1,47 @@
+"""Helpers to compare projections table by table."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from voltbus.services.settings import NatsSettings
+from voltbus.store import Store, connect
+
+TABLES = {
+    "rollouts": "rollout_id",
+    "attempts": "rollout_id, attempt_id",
+    "spans": "seq",
+    "model_calls": "seq",
+    "rewards": "seq",
+    "attempt_activity": "rollout_id, attempt_id",
+    "resources": "resources_id",
+    "workers": "worker_id",
+    "runs": "run_id",
+    "steps": "seq",
+    "run_checkpoints": "seq",
+    "quarantine": "stream, seq",
+    "gaps": "stream, after_seq",
+    "checkpoints": "stream",
+}
+
+
+def dump(db: Path | duckdb.DuckDBPyConnection) -> dict[str, list[tuple[object, ...]]]:
+    """Every table's rows, ordered by key."""
+    con = db if isinstance(db, duckdb.DuckDBPyConnection) else duckdb.connect(str(db), read_only=True)
+    try:
+        return {t: con.execute(f"SELECT * FROM {t} ORDER BY {k}").fetchall() for t, k in TABLES.items()}
+    finally:
+        if con is not db:
+            con.close()
+
+
+@pytest.fixture
+async def store(nats_settings: NatsSettings) -> AsyncIterator[Store]:
+    """A connected store client in a fresh namespace."""
+    client = await connect(settings=nats_settings)
+    yield client
+    await client.close()

@@ -80,8 +80,9 @@ def build_app(settings: Settings, projector: Projector, progress: Progress) -> S
     return Starlette(routes=[Route("/sql", sql, methods=["POST"]), Route("/health", health)])
 
 
-async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    """Project the streams live and serve SQL until ``stop`` is set (or forever)."""
+async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
+    """Project the streams live and serve SQL until ``stop`` is set (or forever); ``ready`` is set once
+    the SQL endpoint accepts connections."""
     cfg = settings.projector
     check_port(cfg.host, cfg.port, "projector SQL")
     eventlog = await EventLog.connect(settings.nats, name="voltbus-projector")
@@ -105,6 +106,10 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     try:
         async with asyncio.TaskGroup() as tasks:
             serving = tasks.create_task(server.serve())
+            while not server.started and not serving.done():  # noqa: ASYNC110
+                await asyncio.sleep(0.01)  # uvicorn offers no start-up event
+            if ready is not None:
+                ready.set()
             tasks.create_task(
                 project(
                     projector,

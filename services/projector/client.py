@@ -100,7 +100,8 @@ def interactive(settings: Settings, db: Path | None, say: Callable[[str], None])
 def export(settings: Settings, to: Path, db: Path | None, say: Callable[[str], None]) -> None:
     """Write every table as Parquet into ``to`` (from ``db``, or through the running projector)."""
     to.mkdir(parents=True, exist_ok=True)
-    tables = [r[0] for r in run_sql(settings, "SELECT table_name FROM information_schema.tables", db).to_pylist()]
+    listing = run_sql(settings, "SELECT table_name FROM information_schema.tables", db)
+    tables = listing.column("table_name").to_pylist()
     for name in sorted(set(tables) - INTERNAL):
         table = run_sql(settings, f'SELECT * FROM "{name}"', db)
         pyarrow.parquet.write_table(table, to / f"{name}.parquet")

@@ -35,7 +35,8 @@ def query(con: duckdb.DuckDBPyConnection, sql: str, max_rows: int) -> pa.Table:
     check_read_only(sql)
     cursor = con.cursor()
     try:
-        table = cursor.execute(sql).to_arrow_table()
+        relation = cursor.sql(sql)
+        table = relation.to_arrow_table() if relation is not None else pa.table({})
     except duckdb.Error as exc:
         raise InvalidCommand(f"SQL error: {exc}") from None
     finally:

@@ -64,6 +64,8 @@ class EventLog:
         self.topology: Topology = topology_of(settings)
         timeout, retries = settings.request_timeout_s, settings.publish_retries
         self.control = Writer(nc, self.js, self.topology.control_stream, timeout, retries)
+        self.written: dict[StreamName, int] = {"control": 0, "spans": 0}
+        """Highest sequence this client appended per stream (readers wait for it: read-your-writes)."""
         self._replays: weakref.WeakSet[AsyncGenerator[Envelope | BadEvent, None]] = weakref.WeakSet()
 
     @classmethod
@@ -106,20 +108,26 @@ class EventLog:
         aggregates = {aggregate_of(e) for e in events}
         if len(aggregates) > 1:
             raise ValueError(f"one append covers one aggregate, got {sorted(map(str, aggregates))}")
-        return await self.control.append([self._message(e) for e in events], self._expectation(events, expected_seq))
+        ack = await self.control.append([self._message(e) for e in events], self._expectation(events, expected_seq))
+        self.written["control"] = max(self.written["control"], ack.seq)
+        return ack
 
     async def append_many(
         self, events: Sequence[AnyEvent], expected_seq: int | None = 0
     ) -> list[Appended | ConcurrencyConflict]:
         """Append many single-event aggregates (e.g. thousands of new rollouts) in a pipeline."""
         items = [(self._message(e), self._expectation([e], expected_seq)) for e in events]
-        return await self.control.append_many(items)
+        results = await self.control.append_many(items)
+        seqs = [r.seq for r in results if isinstance(r, Appended)]
+        self.written["control"] = max([self.written["control"], *seqs])
+        return results
 
     async def publish_spans(self, events: Sequence[AnyEvent]) -> None:
         """Publish span-stream events (spans, model calls, rewards, heartbeats); never drops silently."""
         s = self.settings
         messages = [self._message(e) for e in events]
-        await publish_pipelined(self.js, messages, s.span_window, s.request_timeout_s, s.publish_retries)
+        last = await publish_pipelined(self.js, messages, s.span_window, s.request_timeout_s, s.publish_retries)
+        self.written["spans"] = max(self.written["spans"], last)
 
     async def next_sequence(self, rollout_id: str, count: int = 1) -> int:
         """Advance a rollout's span sequence counter by ``count``; return its new value (atomic)."""
@@ -143,11 +151,13 @@ class EventLog:
     async def read(self, rollout_id: str, after_seq: int = 0) -> tuple[list[Envelope | BadEvent], int]:
         """A rollout's events in order (undecodable ones as BadEvent) and its last sequence (0: none)."""
         scope = self.topology.rollout_any(rollout_id)
-        return await read_subject(self.js, self.topology.control_stream, scope, codec.decode_control, after_seq)
+        stream, timeout = self.topology.control_stream, self.settings.request_timeout_s
+        return await read_subject(self.nc, stream, scope, codec.decode_control, after_seq, timeout)
 
     async def read_subject(self, subject: str, after_seq: int = 0) -> tuple[list[Envelope | BadEvent], int]:
         """Events of any control subject (a resources bundle, a run, a worker) and its last sequence."""
-        return await read_subject(self.js, self.topology.control_stream, subject, codec.decode_control, after_seq)
+        stream, timeout = self.topology.control_stream, self.settings.request_timeout_s
+        return await read_subject(self.nc, stream, subject, codec.decode_control, after_seq, timeout)
 
     async def head(self, rollout_id: str) -> int:
         """The last sequence of a rollout (0 when it does not exist)."""

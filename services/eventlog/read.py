@@ -1,44 +1,82 @@
-"""Reading one aggregate's history by direct get: every message on a subject (wildcards allowed)."""
+"""Reading one aggregate's history: every message on a subject (wildcards allowed), by batched direct get.
+
+One request returns up to ``BATCH`` messages and an end-of-batch marker that says how many remain
+(server 2.11+, ADR-31), so a rollout's whole history usually costs one round trip.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Callable
 
-from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import Base, Header
 
 from voltbus.schemas.codec import AnyEvent
-from voltbus.schemas.errors import DecodeError
+from voltbus.schemas.errors import DecodeError, PublishFailed
 
 from .records import BadEvent, Envelope
 
+BATCH = 256
+
+
+def _record(msg: Msg, subject: str, decode: Callable[[bytes], AnyEvent]) -> Envelope | BadEvent:
+    headers = msg.headers or {}
+    seq, stored_on = int(headers["Nats-Sequence"]), headers.get("Nats-Subject", subject)
+    stamp = headers.get("Nats-Time-Stamp")
+    time = Base._parse_utc_iso(stamp).timestamp() if stamp else 0.0
+    try:
+        return Envelope(seq=seq, subject=stored_on, time=time, event=decode(msg.data))
+    except DecodeError as exc:
+        return BadEvent(seq=seq, subject=stored_on, data=msg.data, reason=exc.reason)
+
+
+async def _batch(nc: Client, stream: str, subject: str, from_seq: int, timeout: float) -> tuple[list[Msg], int]:
+    """Up to BATCH stored messages on ``subject`` from ``from_seq``, and how many remain after them."""
+    replies: asyncio.Queue[Msg] = asyncio.Queue()
+    sub = await nc.subscribe(nc.new_inbox(), cb=replies.put)
+    try:
+        request = json.dumps({"seq": from_seq, "next_by_subj": subject, "batch": BATCH}).encode()
+        await nc.publish(f"$JS.API.DIRECT.GET.{stream}", request, reply=sub.subject)
+        messages: list[Msg] = []
+        async with asyncio.timeout(timeout):
+            while True:
+                msg = await replies.get()
+                status = (msg.headers or {}).get(Header.STATUS)
+                if status == "404":
+                    return messages, 0
+                if status == "204":  # end of batch
+                    return messages, int((msg.headers or {}).get("Nats-Num-Pending", 0))
+                if status:
+                    raise PublishFailed([], f"direct get on {stream} failed: {status} {msg.headers}")
+                messages.append(msg)
+    finally:
+        await sub.unsubscribe()
+
 
 async def read_subject(
-    js: JetStreamContext,
+    nc: Client,
     stream: str,
     subject: str,
     decode: Callable[[bytes], AnyEvent],
     after_seq: int = 0,
+    timeout: float = 5.0,
 ) -> tuple[list[Envelope | BadEvent], int]:
-    """Messages stored on ``subject`` after ``after_seq``, in order, and the last sequence (0 if none).
+    """Messages stored on ``subject`` after ``after_seq``, in order, and the last sequence (``after_seq``
+    if none).
 
     An undecodable message comes back as a BadEvent with its sequence; folding skips it, as it
     skips an event type it does not know, so one bad message cannot wedge an aggregate.
     """
-    envelopes: list[Envelope | BadEvent] = []
+    records: list[Envelope | BadEvent] = []
     seq = after_seq
     while True:
-        try:
-            raw = await js.get_msg(stream, seq=seq + 1, subject=subject, direct=True, next=True)
-        except NotFoundError:
-            return envelopes, seq
-        stamp = raw.time.timestamp() if raw.time else 0.0
-        try:
-            event = decode(raw.data or b"")
-        except DecodeError as exc:
-            envelopes.append(
-                BadEvent(seq=raw.seq, subject=raw.subject or subject, data=raw.data or b"", reason=exc.reason)
-            )
-        else:
-            envelopes.append(Envelope(seq=raw.seq, subject=raw.subject or subject, time=stamp, event=event))
-        seq = raw.seq
+        messages, remaining = await _batch(nc, stream, subject, seq + 1, timeout)
+        for msg in messages:
+            records.append(_record(msg, subject, decode))
+        if records:
+            seq = records[-1].seq
+        if not messages or remaining == 0:
+            return records, seq

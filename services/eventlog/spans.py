@@ -20,29 +20,34 @@ from .append import Message, settle
 log = logging.getLogger(__name__)
 
 
-async def _window(js: JetStreamContext, batch: Sequence[Message], timeout: float) -> list[Message]:
-    """Publish one window; return the messages that were not acknowledged."""
+async def _window(js: JetStreamContext, batch: Sequence[Message], timeout: float) -> tuple[list[Message], int]:
+    """Publish one window; return the messages that were not acknowledged and the highest sequence acked."""
     futures = [await js.publish_async(m.subject, m.data, headers={Header.MSG_ID: m.event_id}) for m in batch]
     await settle(futures, timeout)
-    failed = []
+    failed, highest = [], 0
     for m, fut in zip(batch, futures, strict=True):
         if not fut.done() or fut.cancelled() or fut.exception() is not None:
             fut.cancel()  # nats-py 2.16 never resolves a rejected pipelined publish (issue 985)
             failed.append(m)
-    return failed
+        else:
+            highest = max(highest, fut.result().seq)
+    return failed, highest
 
 
 async def publish_pipelined(
     js: JetStreamContext, messages: Sequence[Message], window: int, timeout: float, retries: int
-) -> None:
-    """Publish ``messages`` at most ``window`` in flight; raise if any stays unacknowledged."""
-    pending = list(messages)
+) -> int:
+    """Publish ``messages`` at most ``window`` in flight; return the highest sequence stored; raise if
+    any stays unacknowledged."""
+    pending, highest = list(messages), 0
     for attempt in range(retries + 1):
         failed: list[Message] = []
         for start in range(0, len(pending), window):
-            failed += await _window(js, pending[start : start + window], timeout)
+            lost, acked = await _window(js, pending[start : start + window], timeout)
+            failed += lost
+            highest = max(highest, acked)
         if not failed:
-            return
+            return highest
         log.warning("%d span event(s) unacknowledged (try %d), retrying", len(failed), attempt + 1)
         pending = failed
     raise PublishFailed([m.event_id for m in pending], f"unacknowledged after {retries + 1} tries")

@@ -62,13 +62,14 @@ def build_app(settings: Settings, projector: Projector, progress: Progress) -> S
         try:
             body = await request.json()
             text, min_seq = str(body["sql"]), {str(k): int(v) for k, v in (body.get("min_seq") or {}).items()}
+            params = body.get("params") or None
         except (ValueError, KeyError, TypeError):
             return JSONResponse({"error": 'send JSON {"sql": "...", "min_seq": {...}}'}, status_code=400)
         if min_seq and not await progress.reach(min_seq, float(body.get("timeout", 10.0))):
             positions = projector.positions
             return JSONResponse({"error": f"projection at {positions}, not yet at {min_seq}"}, status_code=504)
         try:
-            table = await asyncio.to_thread(query, projector.con, text, settings.projector.max_rows)
+            table = await asyncio.to_thread(query, projector.con, text, settings.projector.max_rows, params)
         except InvalidCommand as exc:
             status = 403 if str(exc).startswith("read-only") else 400
             return JSONResponse({"error": str(exc)}, status_code=status)

@@ -30,12 +30,14 @@ def check_read_only(sql: str) -> None:
             raise InvalidCommand(f"read-only: only SELECT and EXPLAIN queries are allowed, got {statement.type.name}")
 
 
-def query(con: duckdb.DuckDBPyConnection, sql: str, max_rows: int) -> pa.Table:
-    """Run a read-only query on its own cursor (a committed snapshot); the last statement's rows."""
+def query(con: duckdb.DuckDBPyConnection, sql: str, max_rows: int, params: dict[str, object] | None = None) -> pa.Table:
+    """Run a read-only query on its own cursor (a committed snapshot); the last statement's rows.
+
+    ``params`` bind ``$name`` placeholders."""
     check_read_only(sql)
     cursor = con.cursor()
     try:
-        relation = cursor.sql(sql)
+        relation = cursor.sql(sql, params=params) if params else cursor.sql(sql)
         table = relation.to_arrow_table() if relation is not None else pa.table({})
     except duckdb.Error as exc:
         raise InvalidCommand(f"SQL error: {exc}") from None

@@ -59,7 +59,7 @@ def span(rollout_id: str, attempt_id: str, seq: int, span_id: str = "00000000000
 async def stored_spans(store: Store, rollout_id: str) -> list[SpanRecorded]:
     """The spans the spans stream holds for a rollout, in stream order."""
     topo = store.topology
-    envs, _ = await read_subject(store.log.js, topo.spans_stream, topo.span_shard(rollout_id), codec.decode_spans)
+    envs, _ = await read_subject(store.log.nc, topo.spans_stream, topo.span_shard(rollout_id), codec.decode_spans)
     return [e.event for e in envs if isinstance(e.event, SpanRecorded) and e.event.rollout_id == rollout_id]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from voltbus.services.eventlog import EventLog
 from voltbus.services.settings import NatsSettings
 
+from .queries import QueryMethods
 from .resources import ResourceMethods
 from .rollouts import RolloutMethods
 from .spans import SpanMethods
@@ -16,7 +17,7 @@ from .waits import WaitMethods
 from .workers import WorkerMethods
 
 
-class Store(RolloutMethods, SpanMethods, ResourceMethods, WorkerMethods, WaitMethods):
+class Store(RolloutMethods, SpanMethods, ResourceMethods, WorkerMethods, WaitMethods, QueryMethods):
     """An event-sourced LightningStore: every write is an event, every read is folded from the log.
 
     A caller always sees its own writes: reads go to the stream's leader (direct get on a single
@@ -60,10 +61,18 @@ class Store(RolloutMethods, SpanMethods, ResourceMethods, WorkerMethods, WaitMet
 
 
 async def connect(
-    url: str | None = None, *, settings: NatsSettings | None = None, name: str = "voltbus-store"
+    url: str | None = None,
+    *,
+    settings: NatsSettings | None = None,
+    projector_url: str | None = None,
+    name: str = "voltbus-store",
 ) -> Store:
-    """Connect a store client to the bus (``url`` overrides the settings' URL)."""
+    """Connect a store client to the bus (``url`` overrides the settings' URL); ``projector_url`` is
+    where its query_* methods reach the running projector."""
     settings = settings or NatsSettings()
     if url:
         settings = settings.model_copy(update={"url": url})
-    return Store(await EventLog.connect(settings, name=name))
+    store = Store(await EventLog.connect(settings, name=name))
+    if projector_url:
+        store.projector_url = projector_url
+    return store

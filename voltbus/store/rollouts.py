@@ -135,6 +135,7 @@ class RolloutMethods(StoreBase):
                 self.topology.dispatch_consumer, self.topology.control_stream
             )
         claimed: list[AttemptedRollout] = []
+        latest: RolloutState | None = None
         while len(claimed) < limit:
             try:
                 msgs = await self._dispatch_sub.fetch(limit - len(claimed), timeout=self.settings.dequeue_wait_s)
@@ -145,7 +146,7 @@ class RolloutMethods(StoreBase):
             for msg in msgs:
                 if (state := await self._claim(msg, worker_id)) is not None:
                     claimed.append(rollout_view(state))  # type: ignore[arg-type]
-        latest = await self._state(claimed[-1].rollout_id) if claimed else None
+                    latest = state
         await self._sync_worker(worker_id, latest, dequeued=True)
         return claimed
 
@@ -226,8 +227,9 @@ class RolloutMethods(StoreBase):
         metadata: Any = UNSET,
     ) -> Attempt:
         """Change an attempt's status (through the lifecycle) or fields; ``attempt_id="latest"`` works."""
-        state = await self._state(rollout_id)
+        state: RolloutState | None = None
         if attempt_id == "latest":
+            state = await self._state(rollout_id)
             if state.latest is None:
                 raise UnknownAttempt(rollout_id, attempt_id)
             attempt_id = state.latest.attempt_id
@@ -250,6 +252,7 @@ class RolloutMethods(StoreBase):
             await self.heartbeat(rollout_id, attempt_id, worker_id=None, at=last_heartbeat_time or now)
         if status is not UNSET:
             state = await self._attempt_status(rollout_id, attempt_id, status, now)
+        state = state or await self._state(rollout_id)
         attempt = state.attempt(attempt_id)
         if attempt is None:
             raise UnknownAttempt(rollout_id, attempt_id)

@@ -1,0 +1,192 @@
+-- name: query_rollouts
+-- Rollouts matching Agent Lightning's filters (and/or), with their folded state; one page plus the total.
+WITH rollouts_with_state AS (
+    SELECT rollouts.*, rollout_states.state
+    FROM rollouts
+    JOIN rollout_states USING (rollout_id)
+),
+
+conditions AS (
+    SELECT
+        *,
+        CASE WHEN $use_status_in THEN list_contains($status_in, status) END AS by_status,
+        CASE WHEN $use_rollout_id_in THEN list_contains($rollout_id_in, rollout_id) END AS by_ids,
+        CASE WHEN $use_rollout_id_contains THEN contains(rollout_id, $rollout_id_contains) END AS by_contains
+    FROM rollouts_with_state
+),
+
+matching AS (
+    SELECT * FROM conditions
+    WHERE CASE
+        WHEN $logic = 'or'
+            THEN $no_filter OR coalesce(by_status, FALSE) OR coalesce(by_ids, FALSE) OR coalesce(by_contains, FALSE)
+        ELSE coalesce(by_status, TRUE) AND coalesce(by_ids, TRUE) AND coalesce(by_contains, TRUE)
+    END
+),
+
+page AS (
+    SELECT state, row_number() OVER (ORDER BY {order}) AS page_position FROM matching
+    ORDER BY page_position
+    LIMIT $limit OFFSET $offset
+),
+
+totals AS (
+    SELECT count(*) AS total FROM matching
+),
+
+final AS (
+    SELECT page.*, totals.total FROM totals LEFT JOIN page ON TRUE
+    ORDER BY page.page_position
+)
+
+SELECT * FROM final;
+
+-- name: query_attempts
+-- Attempts of one rollout; one page plus the total.
+WITH matching AS (
+    SELECT * FROM attempts WHERE rollout_id = $rollout_id
+),
+
+page AS (
+    SELECT *, row_number() OVER (ORDER BY {order}) AS page_position FROM matching
+    ORDER BY page_position
+    LIMIT $limit OFFSET $offset
+),
+
+totals AS (
+    SELECT count(*) AS total FROM matching
+),
+
+final AS (
+    SELECT page.*, totals.total FROM totals LEFT JOIN page ON TRUE
+    ORDER BY page.page_position
+)
+
+SELECT * FROM final;
+
+-- name: query_spans
+-- Spans of a rollout (one attempt, the latest, or all) matching the name/id filters (and/or).
+WITH latest AS (
+    SELECT latest_attempt_id FROM rollouts WHERE rollout_id = $rollout_id
+),
+
+scoped AS (
+    SELECT * FROM spans
+    WHERE rollout_id = $rollout_id
+        AND (
+            $attempt_scope = 'all'
+            OR ($attempt_scope = 'latest' AND attempt_id = (SELECT latest_attempt_id FROM latest))
+            OR ($attempt_scope = 'one' AND attempt_id = $attempt_id)
+        )
+),
+
+conditions AS (
+    SELECT
+        *,
+        CASE WHEN $use_trace_id THEN trace_id = $trace_id END AS c1,
+        CASE WHEN $use_trace_id_contains THEN contains(trace_id, $trace_id_contains) END AS c2,
+        CASE WHEN $use_span_id THEN span_id = $span_id END AS c3,
+        CASE WHEN $use_span_id_contains THEN contains(span_id, $span_id_contains) END AS c4,
+        CASE WHEN $use_parent_id THEN parent_id = $parent_id END AS c5,
+        CASE WHEN $use_parent_id_contains THEN contains(parent_id, $parent_id_contains) END AS c6,
+        CASE WHEN $use_name THEN name = $name END AS c7,
+        CASE WHEN $use_name_contains THEN contains(name, $name_contains) END AS c8
+    FROM scoped
+),
+
+matching AS (
+    SELECT * FROM conditions
+    WHERE CASE
+        WHEN $logic = 'or' THEN $no_filter
+            OR coalesce(c1, FALSE) OR coalesce(c2, FALSE) OR coalesce(c3, FALSE) OR coalesce(c4, FALSE)
+            OR coalesce(c5, FALSE) OR coalesce(c6, FALSE) OR coalesce(c7, FALSE) OR coalesce(c8, FALSE)
+        ELSE coalesce(c1, TRUE) AND coalesce(c2, TRUE) AND coalesce(c3, TRUE) AND coalesce(c4, TRUE)
+            AND coalesce(c5, TRUE) AND coalesce(c6, TRUE) AND coalesce(c7, TRUE) AND coalesce(c8, TRUE)
+    END
+),
+
+page AS (
+    SELECT * EXCLUDE (c1, c2, c3, c4, c5, c6, c7, c8), row_number() OVER (ORDER BY {order}) AS page_position FROM matching
+    ORDER BY page_position
+    LIMIT $limit OFFSET $offset
+),
+
+totals AS (
+    SELECT count(*) AS total FROM matching
+),
+
+final AS (
+    SELECT page.*, totals.total FROM totals LEFT JOIN page ON TRUE
+    ORDER BY page.page_position
+)
+
+SELECT * FROM final;
+
+-- name: query_resources
+-- Resources bundles (the newest version of each) matching the id filters (and).
+WITH versions AS (
+    SELECT *, min(created_at) OVER (PARTITION BY name) AS first_created_at FROM resources
+),
+
+newest AS (
+    SELECT * FROM versions
+    QUALIFY row_number() OVER (PARTITION BY name ORDER BY version DESC) = 1
+),
+
+matching AS (
+    SELECT * FROM newest
+    WHERE (NOT $use_id OR name = $resources_id)
+        AND (NOT $use_contains OR contains(name, $resources_id_contains))
+),
+
+page AS (
+    SELECT *, row_number() OVER (ORDER BY {order}) AS page_position FROM matching
+    ORDER BY page_position
+    LIMIT $limit OFFSET $offset
+),
+
+totals AS (
+    SELECT count(*) AS total FROM matching
+),
+
+final AS (
+    SELECT page.*, totals.total FROM totals LEFT JOIN page ON TRUE
+    ORDER BY page.page_position
+)
+
+SELECT * FROM final;
+
+-- name: query_workers
+-- Workers matching the status/id filters (and/or); one page plus the total.
+WITH conditions AS (
+    SELECT
+        *,
+        CASE WHEN $use_status_in THEN list_contains($status_in, status) END AS by_status,
+        CASE WHEN $use_worker_id_contains THEN contains(worker_id, $worker_id_contains) END AS by_contains
+    FROM workers
+),
+
+matching AS (
+    SELECT * FROM conditions
+    WHERE CASE
+        WHEN $logic = 'or' THEN $no_filter OR coalesce(by_status, FALSE) OR coalesce(by_contains, FALSE)
+        ELSE coalesce(by_status, TRUE) AND coalesce(by_contains, TRUE)
+    END
+),
+
+page AS (
+    SELECT * EXCLUDE (by_status, by_contains), row_number() OVER (ORDER BY {order}) AS page_position FROM matching
+    ORDER BY page_position
+    LIMIT $limit OFFSET $offset
+),
+
+totals AS (
+    SELECT count(*) AS total FROM matching
+),
+
+final AS (
+    SELECT page.*, totals.total FROM totals LEFT JOIN page ON TRUE
+    ORDER BY page.page_position
+)
+
+SELECT * FROM final;

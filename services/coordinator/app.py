@@ -25,19 +25,18 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         spans = [0]
         since = (tracker.oldest_active_start() or time.time()) - 1.0
         log.info("coordinator caught up at control seq %d; %d rollouts unfinished", control[0], len(tracker.rollouts))
-        async with asyncio.TaskGroup() as tasks:
-            workers = [
-                tasks.create_task(supervised("control reader", lambda: follow_control(store, tracker, control), delay)),
-                tasks.create_task(
-                    supervised("spans reader", lambda: follow_spans(store, tracker, spans, since), delay)
-                ),
-                tasks.create_task(supervised("dead letters", lambda: dead_letters(store), delay)),
-                tasks.create_task(
-                    supervised("timer", lambda: timer(store, tracker, settings.coordinator.tick_s), delay)
-                ),
-            ]
-            await (stop.wait() if stop else asyncio.Event().wait())
-            for task in workers:
-                task.cancel()
+        bodies = {
+            "control reader": lambda: follow_control(store, tracker, control),
+            "spans reader": lambda: follow_spans(store, tracker, spans, since),
+            "dead letters": lambda: dead_letters(store),
+            "timer": lambda: timer(store, tracker, settings.coordinator.tick_s),
+        }
+        tasks = [asyncio.create_task(supervised(name, body, delay)) for name, body in bodies.items()]
+        await (stop.wait() if stop else asyncio.Event().wait())
+        for task in tasks:
+            task.cancel()
+        _, stuck = await asyncio.wait(tasks, timeout=5)
+        if stuck:
+            log.warning("coordinator: %d task(s) did not stop in 5s; closing the connection under them", len(stuck))
     finally:
         await store.close()

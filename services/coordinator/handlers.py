@@ -8,7 +8,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-import nats.errors
 from nats.aio.msg import Msg
 
 from voltbus.schemas.errors import VoltbusError
@@ -103,7 +102,7 @@ async def dead_letters(store: Store) -> None:
     while True:
         try:
             msgs = await sub.fetch(10, timeout=5)
-        except nats.errors.TimeoutError:
+        except TimeoutError:  # nats-py raises both its own and asyncio's TimeoutError here
             continue
         for msg in msgs:
             try:

@@ -22,10 +22,12 @@ async def test_eight_consumers_claim_two_thousand_rollouts_exactly_once(nats_set
         claims: dict[int, list[str]] = collections.defaultdict(list)
 
         async def consume(n: int) -> None:
-            while batch := await stores[n].dequeue_many_rollouts(limit=5, worker_id=f"w{n}"):
+            # an empty dequeue only means nothing arrived within the short wait; go on until all are claimed
+            while sum(map(len, claims.values())) < 2000:
+                batch = await stores[n].dequeue_many_rollouts(limit=5, worker_id=f"w{n}")
                 claims[n] += [r.rollout_id for r in batch]
 
-        await asyncio.gather(*(consume(n) for n in range(8)))
+        await asyncio.wait_for(asyncio.gather(*(consume(n) for n in range(8))), timeout=240)
         every = [rid for got in claims.values() for rid in got]
         assert len(every) == 2000 and set(every) == set(position), "a rollout was lost or claimed twice"
         for got in claims.values():  # each consumer sees the queue in enqueue order

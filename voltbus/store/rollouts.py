@@ -6,7 +6,6 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import nats.errors
 from msgspec import UNSET
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -139,7 +138,7 @@ class RolloutMethods(StoreBase):
         while len(claimed) < limit:
             try:
                 msgs = await self._dispatch_sub.fetch(limit - len(claimed), timeout=self.settings.dequeue_wait_s)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats-py raises both its own and asyncio's TimeoutError here
                 break
             if not msgs:
                 break

@@ -47,6 +47,18 @@ async def store(nats_settings: NatsSettings) -> AsyncIterator[Store]:
     await client.close()
 
 
+async def until_worker(store: Store, worker_id: str, status: str, timeout: float = 10) -> None:
+    """Wait until the worker's stored status snapshot says ``status``, with a deadline."""
+    replay = store.log.replay("control", follow=True, subject=store.topology.worker(worker_id))
+    try:
+        async with asyncio.timeout(timeout):
+            async for item in replay:
+                if isinstance(item, Envelope) and getattr(item.event, "status", None) == status:
+                    return
+    finally:
+        await replay.aclose()  # type: ignore[attr-defined]
+
+
 async def until_event(
     store: Store, rollout_id: str, matches: Callable[[AnyEvent], bool], timeout: float = 10
 ) -> AnyEvent:

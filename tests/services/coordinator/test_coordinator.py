@@ -15,7 +15,7 @@ from voltbus.schemas.rollouts import (
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store
 
-from .conftest import running_coordinator, until_event
+from .conftest import running_coordinator, until_event, until_worker
 
 
 async def test_timed_out_attempt_is_retried_then_fails(store: Store, coordinator: None) -> None:
@@ -31,6 +31,7 @@ async def test_timed_out_attempt_is_retried_then_fails(store: Store, coordinator
     attempts = await store.get_attempts(rollout.rollout_id)
     assert [(a.sequence_id, a.status) for a in attempts] == [(1, "timeout"), (2, "timeout")]
     assert all(a.end_time is not None for a in attempts)
+    await until_worker(store, "w1", "unknown")  # the worker sync follows the expiry
     assert (await store.get_worker_by_id("w1")).status == "unknown"
 
 
@@ -68,11 +69,7 @@ async def test_cancel_during_a_running_attempt_ends_it_and_frees_the_worker(stor
     assert cancelled.attempt.error["type"] == "Cancelled"
     done = await store.wait_for_rollouts(rollout_ids=[rollout.rollout_id], timeout=0)
     assert [r.status for r in done] == ["cancelled"]
-    for _ in range(200):  # the coordinator frees the worker when it sees the cancel
-        if (await store.get_worker_by_id("w3")).status == "idle":
-            break
-        await asyncio.sleep(0.02)
-    assert (await store.get_worker_by_id("w3")).status == "idle"
+    await until_worker(store, "w3", "idle")
 
 
 async def test_undeliverable_dispatch_message_is_parked_with_its_reason(nats_settings: NatsSettings) -> None:

@@ -11,7 +11,7 @@ from voltbus.services.eventlog import Envelope
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store
 
-from .conftest import until_event
+from .conftest import until_event, until_worker
 
 
 async def test_killed_runner_attempt_becomes_unresponsive_and_is_retried(
@@ -45,6 +45,6 @@ async def test_killed_runner_attempt_becomes_unresponsive_and_is_retried(
         (dead_attempt, "unresponsive"),
         (retry.attempt.attempt_id, "succeeded"),
     ]
-    assert (await store.get_worker_by_id("doomed")).status == "unknown"
+    await until_worker(store, "doomed", "unknown")
     heartbeats = [e async for e in store.log.replay("spans") if isinstance(e, Envelope)]
     assert heartbeats and {e.event.attempt_id for e in heartbeats} == {dead_attempt}  # the dead attempt's own

@@ -32,4 +32,4 @@ INSERT INTO gaps BY NAME SELECT * FROM batch;
 
 -- name: checkpoint
 -- Move a stream's position, in the same transaction as the rows it covers.
-INSERT OR REPLACE INTO checkpoints BY NAME SELECT * FROM batch;
+INSERT OR REPLACE INTO checkpoints VALUES ($stream, $seq, $updated_at);

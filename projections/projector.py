@@ -115,8 +115,7 @@ class Projector:
             rows["attempt_rows"] += attempts
             rows["state_rows"].append({"rollout_id": rollout_id, "state": msgspec.json.encode(self.states[rollout_id])})
         rows["activity_rows"] += activity.values()
-        rows["checkpoint"].append({"stream": stream, "seq": last, "updated_at": stamp})
-        self._commit(rows)
+        self._commit(rows, (stream, last, stamp))
         self.positions[stream] = last
         self.applied += len(items)
 
@@ -152,9 +151,11 @@ class Projector:
         elif (row := control_row(env)) is not None:
             rows[row[0]].append(row[1])
 
-    def _commit(self, rows: dict[str, list[Row]]) -> None:
+    def _commit(self, rows: dict[str, list[Row]], checkpoint: tuple[str, int, float]) -> None:
         self.con.begin()
         try:
+            stream, seq, stamp = checkpoint
+            self.con.execute(self.blocks["checkpoint"].sql, {"stream": stream, "seq": seq, "updated_at": stamp})
             for name, block_rows in rows.items():
                 if not block_rows:
                     continue

@@ -1,11 +1,13 @@
 """Resource versions: immutable, named bundles of what is being optimized (control stream).
 
-Resource kinds and their ``resource_type`` tags are Agent Lightning's (``types/resources.py``).
+Resource kinds and their ``resource_type`` tags are Agent Lightning's (``types/resources.py``), and so are
+their pure helpers: ``get_base_url``, ``with_attempted_rollout`` and ``PromptTemplate.format``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import functools
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
@@ -16,6 +18,12 @@ Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 
 SamplingValue = float | int | str | bool
 """One sampling parameter value (temperature, top_p, max_tokens, stop, ...)."""
+
+if TYPE_CHECKING:
+    import jinja2
+
+    # Annotation only: the store's views are built on this contract, so nothing is imported at run time.
+    from voltbus.store.types import AttemptedRollout
 
 
 class WeightsRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,9 +51,62 @@ class LLM(msgspec.Struct, frozen=True, kw_only=True, tag="llm", tag_field="resou
     weights: WeightsRef | None = None
     """The weights the endpoint serves, when voltbus trained them."""
 
+    def get_base_url(self, *args: object, **kwargs: object) -> str:
+        """The endpoint, unchanged; the arguments are accepted and ignored, as in Agent Lightning.
+
+        >>> LLM(endpoint="http://h:1/v1", model="m").get_base_url("ro-1", "at-1")
+        'http://h:1/v1'
+        """
+        return self.endpoint
+
 
 class ProxyLLM(LLM, frozen=True, kw_only=True, tag="proxy_llm", tag_field="resource_type"):
     """An LLM reached through the voltbus gateway, which attributes each call to its attempt."""
+
+    def get_base_url(  # pyright: ignore[reportIncompatibleMethodOverride]
+        self, rollout_id: str | None = None, attempt_id: str | None = None
+    ) -> str:
+        """The endpoint scoped to one attempt: ``.../rollout/<rollout_id>/attempt/<attempt_id>[/v1]``.
+
+        With neither id it is the raw endpoint; one trailing ``/`` is dropped and a final ``/v1`` stays last.
+
+        >>> proxy = ProxyLLM(endpoint="http://h:1/v1/", model="m")
+        >>> proxy.get_base_url("ro-1", "at-1")
+        'http://h:1/rollout/ro-1/attempt/at-1/v1'
+        >>> ProxyLLM(endpoint="http://h:1", model="m").get_base_url("ro-1", "at-1")
+        'http://h:1/rollout/ro-1/attempt/at-1'
+        >>> proxy.get_base_url()
+        'http://h:1/v1/'
+        >>> proxy.get_base_url("ro-1")
+        Traceback (most recent call last):
+        ...
+        ValueError: rollout_id and attempt_id must be strings or all be empty
+        """
+        if rollout_id is None and attempt_id is None:
+            return self.endpoint
+        if not (isinstance(rollout_id, str) and isinstance(attempt_id, str)):
+            raise ValueError("rollout_id and attempt_id must be strings or all be empty")
+        prefix = self.endpoint.removesuffix("/")
+        has_v1 = prefix.endswith("/v1")
+        prefix = f"{prefix.removesuffix('/v1')}/rollout/{rollout_id}/attempt/{attempt_id}"
+        return f"{prefix}/v1" if has_v1 else prefix
+
+    def with_attempted_rollout(self, rollout: AttemptedRollout) -> LLM:
+        """A plain ``LLM`` whose endpoint is scoped to the rollout's current attempt.
+
+        >>> from types import SimpleNamespace as NS
+        >>> proxy = ProxyLLM(endpoint="http://h:1/v1", model="m", api_key="k")
+        >>> llm = proxy.with_attempted_rollout(NS(rollout_id="ro-1", attempt=NS(attempt_id="at-1")))
+        >>> type(llm).__name__, llm.endpoint, llm.model, llm.api_key
+        ('LLM', 'http://h:1/rollout/ro-1/attempt/at-1/v1', 'm', 'k')
+        """
+        return LLM(
+            endpoint=self.get_base_url(rollout.rollout_id, rollout.attempt.attempt_id),
+            model=self.model,
+            sampling_parameters=self.sampling_parameters,
+            api_key=self.api_key,
+            weights=self.weights,
+        )
 
 
 class PromptTemplate(msgspec.Struct, frozen=True, kw_only=True, tag="prompt_template", tag_field="resource_type"):
@@ -56,12 +117,46 @@ class PromptTemplate(msgspec.Struct, frozen=True, kw_only=True, tag="prompt_temp
     engine: Literal["f-string", "jinja", "poml"] = "f-string"
     """How placeholders are filled."""
 
+    def format(self, **kwargs: object) -> str:
+        """The template filled with ``kwargs``: ``str.format`` for f-string, a sandboxed Jinja render for jinja.
+
+        A missing variable is an error with either engine (``KeyError``; ``jinja2.UndefinedError``).
+
+        >>> PromptTemplate(template="Solve: {question}").format(question="1+1")
+        'Solve: 1+1'
+        >>> loop = "{% for s in xs %}{{ loop.index }}.{{ s | upper }} {% endfor %}"
+        >>> steps = PromptTemplate(template=loop, engine="jinja")
+        >>> steps.format(xs=["read", "answer"])
+        '1.READ 2.ANSWER '
+        >>> PromptTemplate(template="<p>{{ q }}</p>", engine="poml").format(q="x")
+        Traceback (most recent call last):
+        ...
+        NotImplementedError: PromptTemplate engine 'poml' is not supported; use 'f-string' or 'jinja'
+        """
+        if self.engine == "f-string":
+            return self.template.format(**kwargs)
+        if self.engine == "jinja":
+            return _jinja_template(self.template).render(**kwargs)
+        raise NotImplementedError(f"PromptTemplate engine {self.engine!r} is not supported; use 'f-string' or 'jinja'")
+
 
 class GenericResource(msgspec.Struct, frozen=True, kw_only=True, tag="generic", tag_field="resource_type"):
     """Any other resource an agent needs: a JSON value kept verbatim."""
 
     value: Json
     """The resource, as any JSON value."""
+
+
+@functools.lru_cache(maxsize=256)
+def _jinja_template(source: str) -> jinja2.Template:
+    """The compiled template; sandboxed, since templates arrive from the optimizer, and strict about undefined names.
+
+    jinja2 is imported here so that the contract itself does not load it.
+    """
+    import jinja2.sandbox
+
+    env = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.from_string(source)
 
 
 Resource = LLM | ProxyLLM | PromptTemplate | GenericResource

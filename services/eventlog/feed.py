@@ -55,6 +55,8 @@ class Feed:
         deadline = time.monotonic() + max_wait
         while len(items) < max_items:
             if self.queue.empty():
+                if items:  # take what is there: a steady stream still makes large batches (they pile up
+                    break  # while the previous one commits), and a trickle is not held back
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break

@@ -30,10 +30,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,6 @@ from tests.benchmarks.bench_eventlog import (
     Figure,
     Run,
     alternate,
-    percentile,
     raw_replay,
     rollout_events,
     server_version,
@@ -68,7 +68,7 @@ from voltbus.projections.rows import Row
 from voltbus.schemas import codec, derive_id
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.rollouts import AttemptClaimed
-from voltbus.services.eventlog import Envelope, EventLog
+from voltbus.services.eventlog import BadEvent, Envelope, EventLog
 from voltbus.services.natsserver import NatsServer
 from voltbus.services.projector.client import rebuild
 from voltbus.services.settings import BusSettings, NatsSettings, Settings
@@ -218,8 +218,8 @@ class Capture(Projector):
         super().__init__(":memory:")
         self.captured: list[dict[str, list[Row]]] = []
 
-    def _commit(self, rows: dict[str, list[Row]]) -> None:
-        self.captured.append({k: v for k, v in rows.items() if k != "checkpoint" and v})
+    def _commit(self, rows: dict[str, list[Row]], checkpoint: tuple[str, int, float]) -> None:
+        self.captured.append({k: v for k, v in rows.items() if v})
 
 
 def capture(stream: str, envelopes: list[Envelope], batch: int) -> tuple[list[dict[str, list[Row]]], float]:
@@ -265,16 +265,35 @@ def check(con: duckdb.DuckDBPyConnection, stored: Stored, streams: Sequence[str]
         assert claimed == rollouts == stored.ends["control"] // 2, (claimed, rollouts)
 
 
-async def vb_project(stored: Stored, files: Files, streams: Sequence[str], batch: int) -> Run:
-    """project() of ``streams`` up to their ends into a fresh file."""
+class TimedProjector(Projector):
+    """A projector that adds up the seconds its apply calls take (rows, fold and DuckDB, in the worker thread)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.apply_seconds = 0.0
+
+    def apply(self, stream: str, items: list[Envelope | BadEvent]) -> None:
+        start = time.perf_counter()
+        try:
+            super().apply(stream, items)
+        finally:
+            self.apply_seconds += time.perf_counter() - start
+
+
+async def vb_project(
+    stored: Stored, files: Files, streams: Sequence[str], batch: int, applies: list[Run] | None = None
+) -> Run:
+    """project() of ``streams`` up to their ends into a fresh file; the time inside apply goes to ``applies``."""
     path = files.new("project")
-    projector = Projector(path)
+    projector = TimedProjector(path)
     try:
         ends = {s: (stored.ends[s] if s in streams else 0) for s in stored.ends}
         start = time.perf_counter()
         await project(projector, stored.log, ends=ends, batch_size=batch)
         seconds = time.perf_counter() - start
         check(projector.con, stored, streams)
+        if applies is not None:
+            applies.append(Run(projector.applied, projector.apply_seconds))
         return Run(projector.applied, seconds)
     finally:
         projector.close()
@@ -348,10 +367,11 @@ async def case_ingest(b: Bench, stored: Stored, files: Files, options: Options) 
     size = ", ".join(f"{k} {v} B" for k, v in stored.sizes.items())
     notes = {"spans": f"project() vs raw Arrow insert; {size}", "control": "project() (fold + upserts) vs raw insert"}
     for stream in ("spans", "control"):
+        applies: list[Run] = []
         vbs, raws = await alternate(
             b,
-            lambda s=stream: vb_project(stored, files, [s], options.batch),  # type: ignore[misc]
-            lambda s=stream: raw_project(stored, files, [s]),  # type: ignore[misc]
+            functools.partial(vb_project, stored, files, [stream], options.batch, applies),
+            functools.partial(raw_project, stored, files, [stream]),
         )
         figures.append(summarize(f"project_{stream}", vbs, raws, notes[stream]))
         reads = [
@@ -363,6 +383,7 @@ async def case_ingest(b: Bench, stored: Stored, files: Files, options: Options) 
         figures.append(summarize(f"diag_{stream}_bus_read", reads, raws, "raw ordered consumer, callback counter"))
         figures.append(summarize(f"diag_{stream}_feed", feeds, raws, "Feed.batch: read + metadata + decode"))
         figures.append(summarize(f"diag_{stream}_rows", rows, raws, "projector rows + fold, no DuckDB (1 run)"))
+        figures.append(summarize(f"diag_{stream}_apply", applies, raws, "time inside Projector.apply during project()"))
     both = ("control", "spans")
     vbs, raws = await alternate(
         b, lambda: vb_rebuild(stored, files, options.batch), lambda: raw_project(stored, files, both)
@@ -483,7 +504,6 @@ async def case_lag(b: Bench, files: Files, options: Options) -> list[Figure]:
     figures = []
     for wait in options.lag_waits:
         lag = await live_lag(b, files, options, wait)
-        rate = lag.published / lag.seconds
         name = f"lag_{round(wait * 1000)}ms"
         note = f"{options.lag_rate:.0f} ev/s for {options.lag_seconds:.0f} s, max_wait {wait}s; raw = bus delivery"
         figures.append(
@@ -508,7 +528,8 @@ async def case_lag(b: Bench, files: Files, options: Options) -> list[Figure]:
 def breakdown(figures: Sequence[Figure]) -> str:
     """Microseconds per event of each part, per stream, next to the whole project() run."""
     by = {f.case: f for f in figures}
-    lines = [f"{'µs per event':<14} {'bus read':>9} {'feed':>9} {'rows+fold':>10} {'raw insert':>11} {'project()':>10}"]
+    head = f"{'µs per event':<14} {'bus read':>9} {'feed':>9} {'rows+fold':>10} {'raw insert':>11} "
+    lines = [head + f"{'apply in project()':>19} {'project()':>10}"]
     for stream in ("spans", "control"):
         if f"project_{stream}" not in by:
             continue
@@ -520,7 +541,8 @@ def breakdown(figures: Sequence[Figure]) -> str:
 
         lines.append(
             f"{stream:<14} {us(f'diag_{stream}_bus_read'):>9} {us(f'diag_{stream}_feed'):>9} "
-            f"{us(f'diag_{stream}_rows'):>10} {us(f'project_{stream}', raw=True):>11} {us(f'project_{stream}'):>10}"
+            f"{us(f'diag_{stream}_rows'):>10} {us(f'project_{stream}', raw=True):>11} "
+            f"{us(f'diag_{stream}_apply'):>19} {us(f'project_{stream}'):>10}"
         )
     return "\n".join(lines)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks import bench_control, bench_eventlog
+from tests.benchmarks import bench_control, bench_eventlog, bench_projector
 
 pytestmark = pytest.mark.bench
 
@@ -27,5 +27,15 @@ async def test_bench_control(tmp_path: Path) -> None:
     figures = await bench_control.run(bench_control.Options(), tmp_path / "nats")
     cases = {f.case for f in figures}
     assert {"enqueue", "claim_c1", "claim_c8", "claim_c32", "complete_c1", "complete_c8", "complete_c32"} <= cases
+    for f in figures:
+        assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f
+
+
+@pytest.mark.timeout(600)
+async def test_bench_projector(tmp_path: Path) -> None:
+    """The default projector run (ingest, replay, publish-to-SQL lag): prints tables, appends rows to results.csv."""
+    figures = await bench_projector.run(bench_projector.Options(), tmp_path)
+    cases = {f.case for f in figures}
+    assert {"project_spans", "project_control", "replay", "lag_100ms", "lag_20ms"} <= cases
     for f in figures:
         assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f

@@ -1,0 +1,140 @@
+"""The runner's tracer: OpenTelemetry spans attributed to the current attempt and exported to the log.
+
+Which attempt a span belongs to is a context variable set around each rollout, so concurrent
+rollouts in one process (async tasks or worker threads) never mix their spans. Ended spans queue up
+in the process; ``flush`` publishes them on the spans stream with sequence ids taken from the
+rollout's counter on the bus (one reservation per flush, ordered by end, independent of clocks).
+A span that cannot be published stays queued and is retried; it is never dropped silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.trace import Status, StatusCode
+
+from voltbus.schemas.base import Attributes
+from voltbus.schemas.errors import VoltbusError
+from voltbus.schemas.spans import SpanStatus
+from voltbus.store.spans import span_from_otel
+from voltbus.store.views import span_event
+
+from .tracing import SpanCore
+
+log = logging.getLogger(__name__)
+
+current_attempt: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "current_attempt", default=None
+)
+"""(rollout_id, attempt_id) whose spans are being recorded in this context."""
+
+
+class _Collector(SpanProcessor):
+    """Keeps each ended span with the attempt that was current when it started."""
+
+    def __init__(self) -> None:
+        self.owners: dict[int, tuple[str, str]] = {}
+        self.ended: queue.SimpleQueue[tuple[str, str, ReadableSpan]] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        owner = current_attempt.get()
+        if owner is not None:
+            with self.lock:
+                self.owners[span.context.span_id] = owner
+
+    def on_end(self, span: ReadableSpan) -> None:
+        with self.lock:
+            owner = self.owners.pop(span.context.span_id, None)  # type: ignore[union-attr]
+        if owner is not None:
+            self.ended.put((owner[0], owner[1], span))
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+class LogTracer:
+    """A tracer whose spans end up on the spans stream of the log."""
+
+    def __init__(self, store: Any, name: str = "voltbus") -> None:
+        self.store = store
+        self.collector = _Collector()
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(self.collector)
+        self.otel = self.provider.get_tracer(name)
+        self.pending: dict[str, list[tuple[str, ReadableSpan]]] = {}
+        self.failed_flushes = 0
+
+    @contextlib.contextmanager
+    def attempt(self, rollout_id: str, attempt_id: str) -> Iterator[None]:
+        """Attribute every span started inside this block (and in tasks/threads it spawns) to the attempt."""
+        token = current_attempt.set((rollout_id, attempt_id))
+        try:
+            yield
+        finally:
+            current_attempt.reset(token)
+
+    def create_span(
+        self,
+        name: str,
+        attributes: Attributes | None = None,
+        timestamp: float | None = None,
+        status: SpanStatus | None = None,
+    ) -> SpanCore:
+        """A zero-duration span, exported like any other."""
+        at_ns = int((time.time() if timestamp is None else timestamp) * 1e9)
+        span = self.otel.start_span(name, attributes=dict(attributes or {}), start_time=at_ns)
+        code = (status or SpanStatus(status_code="OK")).status_code
+        span.set_status(Status(StatusCode[code], (status.description if status else None)))
+        span.end(end_time=at_ns)
+        return SpanCore(
+            name=name,
+            status=status or SpanStatus(status_code="OK"),
+            attributes=dict(attributes or {}),
+            start_time=at_ns / 1e9,
+            end_time=at_ns / 1e9,
+        )
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                rollout_id, attempt_id, span = self.collector.ended.get_nowait()
+            except queue.Empty:
+                return
+            self.pending.setdefault(rollout_id, []).append((attempt_id, span))
+
+    async def flush(self, rollout_id: str | None = None) -> int:
+        """Publish the ended spans (of one rollout, or all); return how many. Raise if the bus refuses them."""
+        self._drain()
+        sent = 0
+        for rid in [rollout_id] if rollout_id else list(self.pending):
+            spans = self.pending.get(rid) or []
+            if not spans:
+                continue
+            last = await self.store.log.next_sequence(rid, len(spans))
+            first = last - len(spans) + 1
+            records = [span_from_otel(s, rid, aid, first + i) for i, (aid, s) in enumerate(spans)]
+            try:
+                await self.store.log.publish_spans([span_event(r) for r in records])
+            except VoltbusError:
+                self.failed_flushes += 1
+                log.error("rollout_id=%s: %d spans not published yet; they stay queued", rid, len(spans))
+                raise
+            self.pending.pop(rid, None)
+            sent += len(spans)
+        return sent
+
+    def shutdown(self) -> None:
+        """Stop the provider."""
+        self.provider.shutdown()

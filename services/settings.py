@@ -100,6 +100,23 @@ class ProjectorSettings(BaseModel):
     """Most rows one SQL query returns over the endpoint (a clear error past it)."""
 
 
+class RunnerSettings(BaseModel):
+    """Runners: how many rollouts at once, heartbeats, isolation, shutdown."""
+
+    slots: int = 1
+    """Rollouts run concurrently by one runner process (``-n``)."""
+    worker_prefix: str = "Worker"
+    """Worker ids are ``<prefix>-<slot>`` (Agent Lightning's ``Worker-<n>``)."""
+    heartbeat_s: float = 5.0
+    """Seconds between heartbeats (sent from a thread a busy agent cannot block)."""
+    claim_wait_s: float = 1.0
+    """How long an idle slot waits for a queued rollout per fetch."""
+    isolate: bool = False
+    """Run each rollout in its own process, killed (whole process group) at the rollout's timeout."""
+    shutdown_grace_s: float = 30.0
+    """On SIGTERM, how long running rollouts may finish before they are ended as failed."""
+
+
 class Settings(BaseSettings):
     """Every voltbus setting, one nested section per concern."""
 
@@ -113,5 +130,7 @@ class Settings(BaseSettings):
     """Coordinator settings."""
     projector: ProjectorSettings = Field(default_factory=ProjectorSettings)
     """Projector settings."""
+    runner: RunnerSettings = Field(default_factory=RunnerSettings)
+    """Runner settings."""
     log_level: str = "INFO"
     """Logging level for every service."""

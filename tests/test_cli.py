@@ -110,7 +110,10 @@ def test_schemas_export_writes_the_catalog(tmp_path: Path) -> None:
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
 
 
-@pytest.mark.parametrize("command", ["nats", "check", "demo", "streams", "schemas", "coordinator"])
+@pytest.mark.parametrize(
+    "command",
+    ["nats", "check", "demo", "streams", "schemas", "coordinator", "projector", "sql", "replay", "export", "runner"],
+)
 def test_every_command_has_help(command: str) -> None:
     result = run(command, "--help")
     assert result.returncode == 0 and "Usage" in result.stdout

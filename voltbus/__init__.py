@@ -1,7 +1,39 @@
-"""voltbus: event-sourced reinforcement learning and prompt optimization for AI agents."""
+"""voltbus: event-sourced reinforcement learning and prompt optimization for AI agents.
+
+Agent code written for Agent Lightning 0.3 runs after replacing ``import agentlightning as agl``
+with ``import voltbus as agl``: the decorators, LitAgent, resources, emitters and store types below
+keep its names and meaning.
+"""
 
 from __future__ import annotations
 
+from voltbus.agent import semconv
+from voltbus.agent.decorators import FunctionalLitAgent, llm_rollout, prompt_rollout, rollout
+from voltbus.agent.emitters import (
+    emit_annotation,
+    emit_exception,
+    emit_message,
+    emit_object,
+    emit_reward,
+    find_final_reward,
+    find_reward_spans,
+    get_message_value,
+    get_object_value,
+    get_reward_value,
+    get_rewards_from_span,
+    is_reward_span,
+)
+from voltbus.agent.litagent import LitAgent
+from voltbus.agent.operations import OperationContext, operation
+from voltbus.agent.tracing import (
+    DummyTracer,
+    SpanCore,
+    clear_active_tracer,
+    get_active_tracer,
+    set_active_tracer,
+)
+from voltbus.schemas.resources import LLM, GenericResource, PromptTemplate, ProxyLLM
+from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.store import (
     Attempt,
     AttemptedRollout,
@@ -12,20 +44,56 @@ from voltbus.store import (
     Rollout,
     Span,
     Store,
+    Triplet,
     Worker,
     connect,
 )
 
+SpanCoreFields = SpanCore
+"""Agent Lightning's name for the core fields of a span."""
+
 __all__ = [
     "Attempt",
     "AttemptedRollout",
+    "DummyTracer",
     "EnqueueRolloutRequest",
+    "FunctionalLitAgent",
+    "GenericResource",
+    "LLM",
+    "LitAgent",
     "NamedResources",
+    "OperationContext",
     "PaginatedResult",
+    "PromptTemplate",
+    "ProxyLLM",
     "ResourcesUpdate",
     "Rollout",
+    "RolloutConfig",
     "Span",
+    "SpanCore",
+    "SpanCoreFields",
     "Store",
+    "Triplet",
     "Worker",
+    "clear_active_tracer",
     "connect",
+    "emit_annotation",
+    "emit_exception",
+    "emit_message",
+    "emit_object",
+    "emit_reward",
+    "find_final_reward",
+    "find_reward_spans",
+    "get_active_tracer",
+    "get_message_value",
+    "get_object_value",
+    "get_reward_value",
+    "get_rewards_from_span",
+    "is_reward_span",
+    "llm_rollout",
+    "operation",
+    "prompt_rollout",
+    "rollout",
+    "semconv",
+    "set_active_tracer",
 ]

@@ -155,6 +155,21 @@ def replay(
 
 
 @app.command()
+def runner(
+    agent: Annotated[str, typer.Option("--agent", help="the agent, as module:attr")],
+    n: Annotated[int, typer.Option("-n", help="rollouts run at once")] = 1,
+    isolate: Annotated[bool, typer.Option(help="run each rollout in its own process, killed at its timeout")] = False,
+    nats_url: NatsUrl = None,
+) -> None:
+    """Run a runner: claim rollouts and run the agent on them (SIGTERM finishes or releases them)."""
+    from voltbus.services.runner.app import serve_until_signal
+
+    settings = settings_for(nats_url)
+    settings.runner = settings.runner.model_copy(update={"slots": n, "isolate": isolate})
+    asyncio.run(serve_until_signal(settings, agent))
+
+
+@app.command()
 def streams(nats_url: NatsUrl = None) -> None:
     """Create the streams if needed and print their state."""
     from voltbus.services.streaminfo import show_streams

@@ -9,6 +9,7 @@ A span that cannot be published stays queued and is retried; it is never dropped
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import logging
@@ -24,8 +25,7 @@ from opentelemetry.trace import Status, StatusCode
 from voltbus.schemas.base import Attributes
 from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.spans import SpanStatus
-from voltbus.store.spans import span_from_otel
-from voltbus.store.views import span_event
+from voltbus.store.spans import events_of, span_from_otel
 
 from .tracing import SpanCore
 
@@ -75,6 +75,7 @@ class LogTracer:
         self.otel = self.provider.get_tracer(name)
         self.pending: dict[str, list[tuple[str, ReadableSpan]]] = {}
         self.failed_flushes = 0
+        self._flushing: asyncio.Lock | None = None
 
     @contextlib.contextmanager
     def attempt(self, rollout_id: str, attempt_id: str) -> Iterator[None]:
@@ -116,6 +117,11 @@ class LogTracer:
 
     async def flush(self, rollout_id: str | None = None) -> int:
         """Publish the ended spans (of one rollout, or all); return how many. Raise if the bus refuses them."""
+        self._flushing = self._flushing or asyncio.Lock()
+        async with self._flushing:  # one flush at a time: each span is published once, in end order
+            return await self._flush(rollout_id)
+
+    async def _flush(self, rollout_id: str | None) -> int:
         self._drain()
         sent = 0
         for rid in [rollout_id] if rollout_id else list(self.pending):
@@ -126,7 +132,7 @@ class LogTracer:
             first = last - len(spans) + 1
             records = [span_from_otel(s, rid, aid, first + i) for i, (aid, s) in enumerate(spans)]
             try:
-                await self.store.log.publish_spans([span_event(r) for r in records])
+                await self.store.log.publish_spans(events_of(records))
             except VoltbusError:
                 self.failed_flushes += 1
                 log.error("rollout_id=%s: %d spans not published yet; they stay queued", rid, len(spans))

@@ -13,6 +13,7 @@ from .types import (
     ResourcesUpdate,
     Rollout,
     Span,
+    Triplet,
     Worker,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "Rollout",
     "Span",
     "Store",
+    "Triplet",
     "Worker",
     "connect",
     "span_from_otel",

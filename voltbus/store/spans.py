@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from voltbus.schemas.base import derive_id
 from voltbus.schemas.commands import MarkAttemptRunning
 from voltbus.schemas.errors import UnknownAttempt
-from voltbus.schemas.spans import SpanEventInfo, SpanStatus
+from voltbus.schemas.spans import RewardReported, SpanEventInfo, SpanRecorded, SpanStatus
 
 from .base import StoreBase
 from .types import Span
@@ -51,6 +52,30 @@ def span_from_otel(readable: Any, rollout_id: str, attempt_id: str, sequence_id:
     )
 
 
+def reward_event(span: Span) -> RewardReported | None:
+    """The reward a reward span carries, as its own event (what training data joins on), or None."""
+    from voltbus.agent.emitters import get_rewards_from_span  # the reward reading rules live with the emitters
+
+    dimensions = get_rewards_from_span(span)
+    if not dimensions:
+        return None
+    return RewardReported(
+        event_id=derive_id(span.rollout_id, span.attempt_id, "reward", span.span_id),
+        rollout_id=span.rollout_id,
+        attempt_id=span.attempt_id,
+        value=dimensions[0].value,
+        dimensions={d.name: d.value for d in dimensions},
+        primary_key=dimensions[0].name,
+        at=span.end_time or span.start_time or 0.0,
+    )
+
+
+def events_of(spans: Sequence[Span]) -> list[SpanRecorded | RewardReported]:
+    """The events recording ``spans``: one per span, plus a reward event per reward span."""
+    events: list[SpanRecorded | RewardReported] = [span_event(s) for s in spans]
+    return events + [e for s in spans if (e := reward_event(s)) is not None]
+
+
 class SpanMethods(StoreBase):
     """Recording spans of attempts."""
 
@@ -78,7 +103,7 @@ class SpanMethods(StoreBase):
             highest[s.rollout_id] = max(highest.get(s.rollout_id, 0), s.sequence_id)
         for rollout_id, seq in highest.items():  # later allocations come after any id given explicitly
             await self.log.raise_sequence(rollout_id, seq)
-        await self.log.publish_spans([span_event(s) for s in spans])
+        await self.log.publish_spans(events_of(spans))
         return list(spans)
 
     async def add_span(self, span: Span) -> Span:

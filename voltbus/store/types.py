@@ -130,3 +130,12 @@ class Span(msgspec.Struct, kw_only=True):
     start_time: float | None = None
     end_time: float | None = None
     resource_attributes: Attributes = {}
+
+
+class Triplet(msgspec.Struct, kw_only=True):
+    """A (prompt, response, reward) training unit (Agent Lightning's ``Triplet``)."""
+
+    prompt: Any
+    response: Any
+    reward: float | None = None
+    metadata: dict[str, Any] = {}

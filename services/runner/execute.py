@@ -1,0 +1,117 @@
+"""Running one claimed rollout: resources, hooks, the agent inside its tracing context, the result,
+and the attempt's end (succeeded, or failed with the error recorded)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from voltbus.agent.litagent import LitAgent
+from voltbus.agent.otel import LogTracer
+from voltbus.schemas.errors import InvalidCommand, VoltbusError
+from voltbus.schemas.rollouts import ErrorInfo
+from voltbus.store import AttemptedRollout, Store
+
+from .results import record_result
+
+log = logging.getLogger(__name__)
+
+
+class MissingResources(VoltbusError):
+    """The rollout names a resources version the log does not have."""
+
+
+async def resources_for(store: Store, rollout: AttemptedRollout) -> dict[str, Any]:
+    """The rollout's pinned resources (or the latest when it names none); MissingResources if absent."""
+    found = await (
+        store.get_resources_by_id(rollout.resources_id) if rollout.resources_id else store.get_latest_resources()
+    )
+    if found is None:
+        raise MissingResources(
+            f"rollout {rollout.rollout_id}: resources {rollout.resources_id or '(latest)'} not found"
+        )
+    return found.resources
+
+
+async def call_agent(agent: LitAgent[Any], rollout: AttemptedRollout, resources: dict[str, Any]) -> Any:
+    """Run the agent on the task: async agents on the loop, sync ones in a worker thread (so heartbeats
+    and other slots keep running); both inherit the attempt's tracing context."""
+    train = rollout.mode == "train"
+    if agent.is_async():
+        method = agent.training_rollout_async if train else agent.validation_rollout_async
+        return await method(rollout.input, resources=resources, rollout=rollout)
+    method = agent.training_rollout if train else agent.validation_rollout
+    return await asyncio.to_thread(method, rollout.input, resources=resources, rollout=rollout)
+
+
+async def fire(hooks: Sequence[Any], name: str, **kwargs: Any) -> None:
+    """Call a hook on every hook object; a failing hook is logged, never fails the rollout."""
+    for hook in hooks:
+        method = getattr(hook, name, None)
+        if method is None:
+            continue
+        try:
+            result = method(**kwargs)
+            if asyncio.iscoroutine(result):
+                await result
+        except Exception:
+            log.exception("hook %s.%s failed", type(hook).__name__, name)
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    """An exception as the attempt's recorded error."""
+    trace = "".join(traceback.format_exception(exc))[-8000:]
+    return ErrorInfo(type=type(exc).__name__, message=str(exc)[:2000] or type(exc).__name__, traceback=trace)
+
+
+async def run_rollout(
+    store: Store,
+    tracer: LogTracer,
+    agent: LitAgent[Any],
+    rollout: AttemptedRollout,
+    hooks: Sequence[Any] = (),
+    runner: Any = None,
+    raise_errors: bool = False,
+) -> ErrorInfo | None:
+    """Run one attempt end to end and end it; return the recorded error, if any."""
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+    error: ErrorInfo | None = None
+    spans: list[Any] = []
+    raised: BaseException | None = None
+    try:
+        resources = await resources_for(store, rollout)
+        await store.update_attempt(rid, aid, status="running")
+        await fire(hooks, "on_rollout_start", agent=agent, runner=runner, rollout=rollout)
+        with tracer.attempt(rid, aid):
+            await fire(hooks, "on_trace_start", agent=agent, runner=runner, tracer=tracer, rollout=rollout)
+            result = await call_agent(agent, rollout, resources)
+            await fire(hooks, "on_trace_end", agent=agent, runner=runner, tracer=tracer, rollout=rollout)
+            spans = await record_result(store, rollout, result)
+    except asyncio.CancelledError as exc:
+        error, raised = ErrorInfo(type="Cancelled", message="the runner stopped during the rollout"), exc
+    except Exception as exc:
+        log.warning("rollout_id=%s attempt_id=%s failed: %s: %s", rid, aid, type(exc).__name__, exc)
+        error, raised = error_info(exc), exc
+    finally:
+        await fire(hooks, "on_rollout_end", agent=agent, runner=runner, rollout=rollout, spans=spans)
+        error = await _finish(store, tracer, rid, aid, error)
+    if raised is not None and (raise_errors or isinstance(raised, asyncio.CancelledError)):
+        raise raised
+    return error
+
+
+async def _finish(store: Store, tracer: LogTracer, rid: str, aid: str, error: ErrorInfo | None) -> ErrorInfo | None:
+    try:
+        await tracer.flush(rid)
+    except VoltbusError as exc:  # never dropped silently: the attempt fails and says why
+        error = error or ErrorInfo(
+            type="SpansNotPublished", message=f"spans of this attempt could not be stored: {exc}"
+        )
+    try:
+        await store.finish_attempt(rid, aid, error)
+    except InvalidCommand as exc:  # it already ended: timed out, cancelled or expired by the coordinator
+        log.warning("rollout_id=%s attempt_id=%s: result not recorded (%s)", rid, aid, exc)
+    return error

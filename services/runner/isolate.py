@@ -1,0 +1,65 @@
+"""``--isolate``: each rollout in its own process group, killed whole when the rollout's timeout passes.
+
+The child runs the rollout exactly as an in-process slot would (its own connection and tracer);
+the parent only watches it: a kill at the timeout expires the attempt as ``timeout`` (so the retry
+policy applies), and a child that dies without ending its attempt fails it with the exit status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+
+import msgspec
+
+from voltbus.schemas.errors import InvalidCommand
+from voltbus.schemas.rollouts import ErrorInfo
+from voltbus.services.settings import NatsSettings
+from voltbus.store import AttemptedRollout, Store
+
+log = logging.getLogger(__name__)
+
+
+class ChildJob(msgspec.Struct, kw_only=True):
+    """What the child process needs, sent on its stdin."""
+
+    agent: str
+    nats: dict[str, object]
+    rollout: AttemptedRollout
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        return f"the agent process was killed by signal {-code} ({signal.Signals(-code).name})"
+    return f"the agent process exited with code {code} without ending its attempt"
+
+
+async def run_isolated(store: Store, nats: NatsSettings, agent: str, rollout: AttemptedRollout) -> None:
+    """Run one rollout in a child process; kill its process group at the rollout's timeout."""
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+    job = msgspec.json.encode(ChildJob(agent=agent, nats=nats.model_dump(mode="json"), rollout=rollout))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "voltbus.services.runner.child", stdin=asyncio.subprocess.PIPE, start_new_session=True
+    )
+    try:
+        await asyncio.wait_for(proc.communicate(job), timeout=rollout.config.timeout_seconds)
+    except TimeoutError:
+        log.warning("rollout_id=%s attempt_id=%s: timeout, killing the agent's process group", rid, aid)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        await store.expire_attempt(rid, aid, "timeout")
+        return
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    if proc.returncode:
+        with contextlib.suppress(InvalidCommand):  # the child may have ended the attempt before dying
+            await store.finish_attempt(
+                rid, aid, ErrorInfo(type="AgentProcessDied", message=_exit_reason(proc.returncode))
+            )

@@ -1,0 +1,106 @@
+"""An agent written the way Agent Lightning 0.3's calc_x example is, with only the import swapped.
+
+The model call is replaced by evaluating the expression (no model weights here); everything the
+agent does with voltbus (resources, prompt template, emitters, reward) is as an AL user writes it.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import os
+import signal
+import time
+from typing import Any
+
+import voltbus as agl  # was: import agentlightning as agl
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def calculate(expression: str) -> float:
+    """A tiny safe calculator (the 'tool' of the calc agent)."""
+
+    def walk(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return float(node.value)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](walk(node.left), walk(node.right))
+        raise ValueError(f"unsupported expression: {expression}")
+
+    return walk(ast.parse(expression, mode="eval").body)
+
+
+class CalcAgent(agl.LitAgent[dict[str, Any]]):
+    """Answers arithmetic questions; reward 1 when right."""
+
+    async def training_rollout_async(
+        self, task: dict[str, Any], resources: agl.NamedResources, rollout: agl.Rollout
+    ) -> None:
+        prompt = resources["prompt"].format(question=task["question"])  # type: ignore[union-attr]
+        llm: agl.LLM = resources["main_llm"]  # type: ignore[assignment]
+        agl.emit_message(f"{llm.model} asked: {prompt}")
+        answer = calculate(task["question"])
+        agl.emit_object({"answer": answer})
+        agl.emit_reward(1.0 if abs(answer - float(task["answer"])) < 1e-9 else 0.0)
+
+    async def validation_rollout_async(
+        self, task: dict[str, Any], resources: agl.NamedResources, rollout: agl.Rollout
+    ) -> None:
+        await self.training_rollout_async(task, resources, rollout)
+
+
+@agl.rollout
+def returns_float(task: Any, prompt_template: agl.PromptTemplate) -> float:
+    return 0.25
+
+
+@agl.rollout
+async def returns_spans(task: Any, prompt_template: agl.PromptTemplate) -> list[agl.SpanCore]:
+    return [agl.emit_reward(0.75, propagate=False)]
+
+
+@agl.rollout
+def raises(task: Any, prompt_template: agl.PromptTemplate) -> None:
+    raise ValueError(f"cannot solve {task!r}")
+
+
+@agl.rollout
+def wrong_type(task: Any, prompt_template: agl.PromptTemplate) -> str:
+    return "a string is not a result"
+
+
+@agl.rollout
+def bad_reward(task: Any, prompt_template: agl.PromptTemplate) -> None:
+    agl.emit_reward("high")  # type: ignore[arg-type]
+
+
+@agl.rollout
+def hangs(task: Any, prompt_template: agl.PromptTemplate) -> None:
+    time.sleep(3600)
+
+
+@agl.rollout
+def kills_itself(task: Any, prompt_template: agl.PromptTemplate) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@agl.prompt_rollout
+def jinja_agent(task: dict[str, Any], prompt_template: agl.PromptTemplate) -> float:
+    text = prompt_template.format(items=task["items"])
+    agl.emit_message(text)
+    return float(len(task["items"]))
+
+
+@agl.rollout
+def stuck_on_first_attempt(task: Any, prompt_template: agl.PromptTemplate, rollout: agl.AttemptedRollout) -> float:
+    agl.emit_message(f"attempt {rollout.attempt.sequence_id} started")
+    if rollout.attempt.sequence_id == 1:
+        time.sleep(3600)  # the runner holding this attempt is killed meanwhile
+    return 1.0
+
+
+@agl.rollout
+def takes_a_second(task: Any, prompt_template: agl.PromptTemplate) -> float:
+    time.sleep(1.0)
+    return 1.0

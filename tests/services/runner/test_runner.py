@@ -1,0 +1,136 @@
+"""The runner on a real bus: an Agent Lightning-style agent unchanged, every return shape and emitter,
+errors recorded, jinja prompts, isolation of hanging and self-killing agents, SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from voltbus.schemas.resources import PromptTemplate
+from voltbus.schemas.rollouts import RolloutConfig
+from voltbus.schemas.spans import RewardReported, SpanRecorded
+from voltbus.services.eventlog import Envelope
+from voltbus.services.runner.app import Runner
+from voltbus.services.runner.loader import AgentLoadError, load_agent
+from voltbus.services.settings import NatsSettings
+from voltbus.store import Store
+
+from .conftest import runner_settings
+
+AGENTS = "tests.services.runner.calc_agent"
+
+
+async def telemetry(store: Store, rollout_id: str) -> tuple[list[SpanRecorded], list[RewardReported]]:
+    items = [e.event async for e in store.log.replay("spans") if isinstance(e, Envelope)]
+    spans = [e for e in items if isinstance(e, SpanRecorded) and e.rollout_id == rollout_id]
+    rewards = [e for e in items if isinstance(e, RewardReported) and e.rollout_id == rollout_id]
+    return spans, rewards
+
+
+async def run_until_done(
+    settings: object, agent: str, store: Store, rollout_ids: list[str], timeout: float = 30
+) -> list:
+    stop = asyncio.Event()
+    async with Runner(settings, agent) as runner:  # type: ignore[arg-type]
+        running = asyncio.create_task(runner.run(stop))
+        finished = await store.wait_for_rollouts(rollout_ids=rollout_ids, timeout=timeout)
+        stop.set()
+        await running
+    return finished
+
+
+async def test_calc_agent_written_for_agent_lightning_runs_unchanged(store: Store, nats_settings: NatsSettings) -> None:
+    tasks = [{"question": "2+3", "answer": 5}, {"question": "6*7", "answer": 41}]
+    rollouts = [await store.enqueue_rollout(t, mode="train") for t in tasks]
+    finished = await run_until_done(
+        runner_settings(nats_settings, slots=2), f"{AGENTS}:CalcAgent", store, [r.rollout_id for r in rollouts]
+    )
+    assert [r.status for r in finished] == ["succeeded", "succeeded"]
+    rewards = []
+    for r in rollouts:
+        spans, reward_events = await telemetry(store, r.rollout_id)
+        names = [s.name for s in spans]
+        assert names.count("agentlightning.message") == 1 and names.count("agentlightning.object") == 1
+        assert [s.sequence_id for s in spans] == sorted(s.sequence_id for s in spans)
+        rewards += [e.value for e in reward_events]
+    assert rewards == [1.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("agent", "status", "error"),
+    [
+        ("returns_float", "succeeded", None),
+        ("returns_spans", "succeeded", None),
+        ("raises", "failed", ("ValueError", "cannot solve")),
+        ("wrong_type", "failed", ("TypeError", "Invalid raw result type str")),
+        ("bad_reward", "failed", ("TypeError", "Reward must be a number")),
+    ],
+)
+async def test_every_result_shape_and_error(
+    store: Store, nats_settings: NatsSettings, agent: str, status: str, error: tuple[str, str] | None
+) -> None:
+    rollout = await store.enqueue_rollout({"x": 1})
+    [done] = await run_until_done(runner_settings(nats_settings), f"{AGENTS}:{agent}", store, [rollout.rollout_id])
+    assert done.status == status
+    if error:
+        assert done.attempt.error["type"] == error[0] and error[1] in done.attempt.error["message"]
+        assert "Traceback" in done.attempt.error["traceback"]
+    else:
+        _, rewards = await telemetry(store, rollout.rollout_id)
+        assert [e.value for e in rewards] == [0.25 if agent == "returns_float" else 0.75]
+
+
+async def test_jinja_prompt_template(store: Store, nats_settings: NatsSettings) -> None:
+    template = PromptTemplate(template="{% for i in items %}[{{ i|upper }}]{% endfor %}", engine="jinja")
+    update = await store.add_resources({"prompt": template})
+    rollout = await store.enqueue_rollout({"items": ["a", "b"]}, resources_id=f"{update.resources_id}:1")
+    [done] = await run_until_done(runner_settings(nats_settings), f"{AGENTS}:jinja_agent", store, [rollout.rollout_id])
+    assert done.status == "succeeded"
+    spans, rewards = await telemetry(store, rollout.rollout_id)
+    assert any(s.attributes.get("agentlightning.message.body") == "[A][B]" for s in spans)
+    assert [e.value for e in rewards] == [2.0]
+
+
+async def test_isolated_hanging_agent_is_killed_at_its_timeout_and_retried(
+    store: Store, nats_settings: NatsSettings
+) -> None:
+    config = RolloutConfig(timeout_seconds=1.0, max_attempts=2, retry_condition=["timeout"])
+    rollout = await store.enqueue_rollout("hang", config=config)
+    [done] = await run_until_done(
+        runner_settings(nats_settings, isolate=True), f"{AGENTS}:hangs", store, [rollout.rollout_id], timeout=60
+    )
+    assert done.status == "failed"
+    assert [(a.sequence_id, a.status) for a in await store.get_attempts(rollout.rollout_id)] == [
+        (1, "timeout"),
+        (2, "timeout"),
+    ]
+
+
+async def test_isolated_agent_that_kills_itself_fails_with_the_reason(
+    store: Store, nats_settings: NatsSettings
+) -> None:
+    rollout = await store.enqueue_rollout("boom")
+    [done] = await run_until_done(
+        runner_settings(nats_settings, isolate=True), f"{AGENTS}:kills_itself", store, [rollout.rollout_id]
+    )
+    assert done.status == "failed" and done.attempt.error["type"] == "AgentProcessDied"
+    assert "signal 9 (SIGKILL)" in done.attempt.error["message"]
+
+
+async def test_step_runs_one_task_and_raises(store: Store, nats_settings: NatsSettings) -> None:
+    async with Runner(runner_settings(nats_settings), f"{AGENTS}:raises") as runner:
+        with pytest.raises(ValueError, match="cannot solve"):
+            await runner.step({"q": 1})
+    async with Runner(runner_settings(nats_settings), f"{AGENTS}:returns_float") as runner:
+        done = await runner.step({"q": 2})
+    assert done.status == "succeeded" and done.attempt.worker_id == "Worker-0"
+
+
+def test_an_agent_path_that_does_not_resolve_is_one_clear_error() -> None:
+    with pytest.raises(AgentLoadError, match="cannot import agent module 'no_such_module'"):
+        load_agent("no_such_module:agent")
+    with pytest.raises(AgentLoadError, match="has no attribute 'missing'"):
+        load_agent(f"{AGENTS}:missing")
+    with pytest.raises(AgentLoadError, match="must look like"):
+        load_agent("just_a_module")

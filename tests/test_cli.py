@@ -117,3 +117,9 @@ def test_schemas_export_writes_the_catalog(tmp_path: Path) -> None:
 def test_every_command_has_help(command: str) -> None:
     result = run(command, "--help")
     assert result.returncode == 0 and "Usage" in result.stdout
+
+
+def test_runner_reports_an_agent_that_does_not_import(nats_server: object) -> None:
+    url = nats_server.url  # type: ignore[attr-defined]
+    line = one_line_error(run("runner", "--agent", "no_such_module:agent", "--nats-url", url))
+    assert "cannot import agent module 'no_such_module'" in line

@@ -11,6 +11,7 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
+from voltbus.agent.instrument import instrument_openai, uninstrument_openai
 from voltbus.agent.litagent import LitAgent
 from voltbus.agent.otel import LogTracer
 from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
@@ -48,6 +49,7 @@ class Runner:
         self.store = await connect(settings=nats, name="voltbus-runner")
         self.tracer = LogTracer(self.store)
         set_active_tracer(self.tracer)
+        instrument_openai(self.tracer)
         self.agent.set_runner(self)
         self.heartbeat = Heartbeat(self.settings.nats, self.worker_ids, self.settings.runner.heartbeat_s)
         self.heartbeat.start()
@@ -56,6 +58,7 @@ class Runner:
     async def __aexit__(self, *_: object) -> None:
         if self.heartbeat:
             await asyncio.to_thread(self.heartbeat.stop)
+        uninstrument_openai()
         clear_active_tracer()
         if self.tracer:
             self.tracer.shutdown()

@@ -7,6 +7,7 @@ import sys
 
 import msgspec
 
+from voltbus.agent.instrument import instrument_openai
 from voltbus.agent.otel import LogTracer
 from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
 from voltbus.services.log import configure_logging
@@ -24,6 +25,7 @@ async def main(job: ChildJob) -> None:
     store = await connect(settings=NatsSettings.model_validate(job.nats), name="voltbus-isolated")
     tracer = LogTracer(store)
     set_active_tracer(tracer)
+    instrument_openai(tracer)
     try:
         await run_rollout(store, tracer, agent, job.rollout)
     finally:

@@ -81,23 +81,32 @@ async def run_rollout(
     error: ErrorInfo | None = None
     spans: list[Any] = []
     raised: BaseException | None = None
+    timed_out = False
     try:
         resources = await resources_for(store, rollout)
         await store.update_attempt(rid, aid, status="running")
         await fire(hooks, "on_rollout_start", agent=agent, runner=runner, rollout=rollout)
         with tracer.attempt(rid, aid):
             await fire(hooks, "on_trace_start", agent=agent, runner=runner, tracer=tracer, rollout=rollout)
-            result = await call_agent(agent, rollout, resources)
+            async with asyncio.timeout(rollout.config.timeout_seconds):  # None: no limit
+                result = await call_agent(agent, rollout, resources)
             await fire(hooks, "on_trace_end", agent=agent, runner=runner, tracer=tracer, rollout=rollout)
             spans = await record_result(store, rollout, result)
     except asyncio.CancelledError as exc:
         error, raised = ErrorInfo(type="Cancelled", message="the runner stopped during the rollout"), exc
+    except TimeoutError as exc:  # the agent ran past timeout_seconds (a sync agent's thread cannot be stopped:
+        timed_out, raised = True, exc  # use --isolate for those)
+        log.warning("rollout_id=%s attempt_id=%s: timed out after %ss", rid, aid, rollout.config.timeout_seconds)
     except Exception as exc:
         log.warning("rollout_id=%s attempt_id=%s failed: %s: %s", rid, aid, type(exc).__name__, exc)
         error, raised = error_info(exc), exc
     finally:
         await fire(hooks, "on_rollout_end", agent=agent, runner=runner, rollout=rollout, spans=spans)
-        error = await _finish(store, tracer, rid, aid, error)
+        if timed_out:
+            await store.expire_attempt(rid, aid, "timeout")  # the retry policy decides, as for the coordinator
+            error = ErrorInfo(type="Timeout", message=f"the agent ran past {rollout.config.timeout_seconds}s")
+        else:
+            error = await _finish(store, tracer, rid, aid, error)
     if raised is not None and (raise_errors or isinstance(raised, asyncio.CancelledError)):
         raise raised
     return error

@@ -104,3 +104,52 @@ def stuck_on_first_attempt(task: Any, prompt_template: agl.PromptTemplate, rollo
 def takes_a_second(task: Any, prompt_template: agl.PromptTemplate) -> float:
     time.sleep(1.0)
     return 1.0
+
+
+@agl.llm_rollout
+async def openai_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="not-needed")
+    reply = await client.chat.completions.create(
+        model=llm.model, messages=[{"role": "user", "content": task["question"]}], logprobs=True
+    )
+    return 1.0 if reply.choices[0].message.content == str(task["answer"]) else 0.0
+
+
+@agl.rollout
+async def sleeps_async(task: Any, prompt_template: agl.PromptTemplate) -> float:
+    import asyncio
+
+    await asyncio.sleep(3600)
+    return 0.0
+
+
+@agl.rollout
+def returns_store_spans(task: Any, prompt_template: agl.PromptTemplate, rollout: agl.AttemptedRollout) -> list:
+    return [
+        agl.Span(
+            rollout_id=rollout.rollout_id,
+            attempt_id=rollout.attempt.attempt_id,
+            sequence_id=1,
+            trace_id="ab" * 16,
+            span_id="cd" * 8,
+            name="custom.step",
+            attributes={"k": "v"},
+            start_time=1.0,
+        )
+    ]
+
+
+@agl.rollout
+def returns_otel_spans(task: Any, prompt_template: agl.PromptTemplate) -> list:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("user").start_as_current_span("user.work") as span:
+        span.set_attribute("n", 3)
+    return list(exporter.get_finished_spans())

@@ -134,3 +134,70 @@ def test_an_agent_path_that_does_not_resolve_is_one_clear_error() -> None:
         load_agent(f"{AGENTS}:missing")
     with pytest.raises(AgentLoadError, match="must look like"):
         load_agent("just_a_module")
+
+
+async def test_openai_client_calls_are_captured_with_token_ids(store: Store, nats_settings: NatsSettings) -> None:
+    from voltbus.schemas.resources import LLM
+
+    from .stub_llm import stub_llm
+
+    async with stub_llm() as base_url:
+        update = await store.add_resources({"main_llm": LLM(endpoint=base_url, model="stub")})
+        rollout = await store.enqueue_rollout({"question": "2+2", "answer": 4}, resources_id=f"{update.resources_id}:1")
+        [done] = await run_until_done(
+            runner_settings(nats_settings), f"{AGENTS}:openai_agent", store, [rollout.rollout_id]
+        )
+    assert done.status == "succeeded"
+    spans, rewards = await telemetry(store, rollout.rollout_id)
+    [call] = [s for s in spans if s.name == "openai.chat.completions.create"]
+    assert call.attributes["voltbus.llm.prompt_token_ids"] == [101, 102, 103]
+    assert call.attributes["voltbus.llm.response_token_ids"] == [7, 8]
+    assert call.attributes["voltbus.llm.logprobs"] == [-0.125]
+    assert call.attributes["voltbus.llm.usage.total_tokens"] == 5
+    assert '"content": "2+2"' in call.attributes["voltbus.llm.request"]
+    assert [e.value for e in rewards] == [1.0]
+
+
+async def test_in_process_async_agent_is_stopped_at_its_timeout(store: Store, nats_settings: NatsSettings) -> None:
+    rollout = await store.enqueue_rollout("slow", config=RolloutConfig(timeout_seconds=0.5))
+    [done] = await run_until_done(runner_settings(nats_settings), f"{AGENTS}:sleeps_async", store, [rollout.rollout_id])
+    assert done.status == "failed" and done.attempt.status == "timeout"
+
+
+class Recorder:
+    """A hook object recording what the runner calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def on_rollout_start(self, *, agent: object, runner: object, rollout: object) -> None:
+        self.calls.append("rollout_start")
+
+    async def on_trace_start(self, *, agent: object, runner: object, tracer: object, rollout: object) -> None:
+        self.calls.append("trace_start")
+
+    def on_trace_end(self, *, agent: object, runner: object, tracer: object, rollout: object) -> None:
+        raise RuntimeError("a failing hook must not fail the rollout")
+
+    def on_rollout_end(self, *, agent: object, runner: object, rollout: object, spans: list[object]) -> None:
+        self.calls.append("rollout_end")
+
+
+async def test_hooks_are_called_in_order_and_cannot_fail_a_rollout(store: Store, nats_settings: NatsSettings) -> None:
+    hooks = Recorder()
+    async with Runner(runner_settings(nats_settings), f"{AGENTS}:returns_float", hooks=[hooks]) as runner:
+        done = await runner.step({"q": 1})
+    assert done.status == "succeeded" and hooks.calls == ["rollout_start", "trace_start", "rollout_end"]
+
+
+@pytest.mark.parametrize(
+    ("agent", "name"), [("returns_store_spans", "custom.step"), ("returns_otel_spans", "user.work")]
+)
+async def test_returned_span_lists_are_recorded(
+    store: Store, nats_settings: NatsSettings, agent: str, name: str
+) -> None:
+    rollout = await store.enqueue_rollout({"q": 1})
+    [done] = await run_until_done(runner_settings(nats_settings), f"{AGENTS}:{agent}", store, [rollout.rollout_id])
+    assert done.status == "succeeded"
+    spans, _ = await telemetry(store, rollout.rollout_id)
+    assert [s.name for s in spans] == [name] and spans[0].attempt_id == done.attempt.attempt_id

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -28,45 +27,11 @@ from voltbus.agent.emitters import (
     is_reward_span,
 )
 from voltbus.agent.semconv import RewardDimension
-from voltbus.agent.tracing import DummyTracer, SpanCore, clear_active_tracer, set_active_tracer
-from voltbus.schemas.base import Attributes
+from voltbus.agent.tracing import SpanCore
 from voltbus.schemas.spans import SpanStatus
 from voltbus.store.types import Span
 
-
-class RecordingTracer:
-    """A tracer that keeps every span it creates."""
-
-    def __init__(self) -> None:
-        self.spans: list[SpanCore] = []
-
-    def create_span(
-        self,
-        name: str,
-        attributes: Attributes | None = None,
-        timestamp: float | None = None,
-        status: SpanStatus | None = None,
-    ) -> SpanCore:
-        span = DummyTracer().create_span(name, attributes, timestamp, status)
-        self.spans.append(span)
-        return span
-
-
-@pytest.fixture
-def tracer() -> Iterator[RecordingTracer]:
-    clear_active_tracer()
-    recording = RecordingTracer()
-    set_active_tracer(recording)
-    yield recording
-    clear_active_tracer()
-
-
-@pytest.fixture
-def no_tracer() -> Iterator[None]:
-    clear_active_tracer()
-    yield
-    clear_active_tracer()
-
+from .conftest import RecordingTracer
 
 # Annotations.
 

@@ -3,53 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from voltbus.agent.operations import OperationContext, operation
-from voltbus.agent.tracing import DummyTracer, SpanCore, clear_active_tracer, set_active_tracer
-from voltbus.schemas.base import Attributes
+from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
 from voltbus.schemas.spans import SpanStatus
+
+from .conftest import RecordingTracer
 
 IN = "agentlightning.operation.input"
 OUT = "agentlightning.operation.output"
 NAME = "agentlightning.operation.name"
-
-
-class RecordingTracer:
-    """A tracer that keeps every span it creates (and the timestamp it was asked for)."""
-
-    def __init__(self) -> None:
-        self.spans: list[SpanCore] = []
-
-    def create_span(
-        self,
-        name: str,
-        attributes: Attributes | None = None,
-        timestamp: float | None = None,
-        status: SpanStatus | None = None,
-    ) -> SpanCore:
-        span = DummyTracer().create_span(name, attributes, timestamp, status)
-        self.spans.append(span)
-        return span
-
-
-@pytest.fixture
-def tracer() -> Iterator[RecordingTracer]:
-    clear_active_tracer()
-    recording = RecordingTracer()
-    set_active_tracer(recording)
-    yield recording
-    clear_active_tracer()
-
-
-@pytest.fixture
-def no_tracer() -> Iterator[None]:
-    clear_active_tracer()
-    yield
-    clear_active_tracer()
 
 
 # As a decorator.

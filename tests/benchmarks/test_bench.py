@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks import bench_control, bench_eventlog, bench_projector
+from tests.benchmarks import bench_control, bench_eventlog, bench_projector, bench_runner
 
 pytestmark = pytest.mark.bench
 
@@ -39,3 +39,16 @@ async def test_bench_projector(tmp_path: Path) -> None:
     assert {"project_spans", "project_control", "replay", "lag_100ms", "lag_20ms"} <= cases
     for f in figures:
         assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f
+
+
+@pytest.mark.timeout(600)
+async def test_bench_runner(tmp_path: Path) -> None:
+    """AL's store benchmark (queue, batch) on runner processes, next to no store: prints, appends to results.csv."""
+    bench_runner.quiet_otel()
+    figures = await bench_runner.run(bench_runner.Options(), tmp_path)
+    cases = {f.case for f in figures}
+    assert {"al_queue", "al_queue_spans", "al_batch", "al_batch_spans"} <= cases
+    for f in figures:
+        assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f
+        if f.case.endswith("_spans"):
+            assert "lost 0 of" in f.note and "failed checks 0" in f.note, f.note  # correctness, not speed

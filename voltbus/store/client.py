@@ -28,6 +28,7 @@ class Store(RolloutMethods, SpanMethods, ResourceMethods, WorkerMethods, WaitMet
         super().__init__(log, clock)
         self._running = set()
         self._dispatch_sub = None
+        self._known_workers = {}
 
     async def close(self) -> None:
         """Close the connection."""

@@ -72,7 +72,10 @@ class RolloutMethods(StoreBase):
         """Create a rollout in the queue (status ``queuing``); resources default to the latest."""
         latest = await self._latest_resources_id() if resources_id is None else None
         cmd = await self._queue_command(input, mode, resources_id, config, metadata, latest)
-        return rollout_view(await self._apply(cmd.rollout_id, cmd))
+        # a fresh id: decide against the empty state and append "must be first", no read needed
+        events = decider.decide(cmd, decider.initial_state())
+        await self.log.append(events, expected_seq=0)
+        return rollout_view(decider.evolve(decider.initial_state(), events[0]))  # type: ignore[arg-type]
 
     async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
         """Create many queued rollouts in one pipelined write, in input order."""

@@ -29,6 +29,8 @@ from .views import worker_view
 class WorkerMethods(StoreBase):
     """Worker registration, heartbeats and status."""
 
+    _known_workers: dict[str, tuple[WorkerStatusReported, int]]
+
     async def _last_report(self, worker_id: str) -> tuple[WorkerStatusReported | None, int]:
         subject = self.topology.worker(worker_id)
         try:
@@ -42,20 +44,29 @@ class WorkerMethods(StoreBase):
     async def _report(
         self, worker_id: str, change: Callable[[WorkerStatusReported, float], WorkerStatusReported | None]
     ) -> WorkerStatusReported:
-        """Read the worker's last snapshot, apply ``change`` and append it; retry if another report won."""
-        for _ in range(self.settings.conflict_retries + 1):
-            last, seq = await self._last_report(worker_id)
+        """Apply ``change`` to the worker's last snapshot and append it with OCC; re-read and retry if
+        another report won. The snapshot this client wrote last is reused, saving a read per report."""
+        known = self._known_workers.pop(worker_id, None)
+        for _ in range(self.settings.conflict_retries + 2):
+            cached = known is not None
+            last, seq = known if known is not None else await self._last_report(worker_id)
+            known = None
             now = self.clock()
             base = last or WorkerStatusReported(event_id="new", worker_id=worker_id, at=now)
             new = change(base, now)
             if new is None:
+                if cached:  # "nothing to write" judged on a remembered snapshot: check the real one
+                    continue
+                if last is not None:
+                    self._known_workers[worker_id] = (last, seq)
                 return base
             event = replace(new, at=now, event_id=derive_id(worker_id, "report", seq, repr(now)))
             try:
-                await self.log.append([event], expected_seq=seq)
-                return event
+                ack = await self.log.append([event], expected_seq=seq)
             except ConcurrencyConflict:
                 continue
+            self._known_workers[worker_id] = (event, ack.seq)
+            return event
         raise ConcurrencyConflict(self.topology.worker(worker_id), seq, None)
 
     async def update_worker(self, worker_id: str, heartbeat_stats: Any = UNSET) -> Worker:

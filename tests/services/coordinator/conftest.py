@@ -48,8 +48,12 @@ async def store(nats_settings: NatsSettings) -> AsyncIterator[Store]:
 
 
 async def until_worker(store: Store, worker_id: str, status: str, timeout: float = 10) -> None:
-    """Wait until the worker's stored status snapshot says ``status``, with a deadline."""
-    replay = store.log.replay("control", follow=True, subject=store.topology.worker(worker_id))
+    """Wait until the worker's current status snapshot says ``status``, with a deadline."""
+    start = (await store.log.js.stream_info(store.topology.control_stream)).state.last_seq
+    current = await store.get_worker_by_id(worker_id)
+    if current is not None and current.status == status:
+        return
+    replay = store.log.replay("control", from_seq=start + 1, follow=True, subject=store.topology.worker(worker_id))
     try:
         async with asyncio.timeout(timeout):
             async for item in replay:

@@ -78,14 +78,15 @@ def check(
 
 @app.command()
 def demo(
-    rollouts: Annotated[int, typer.Option(help="Rollouts to enqueue")] = 1000,
-    spans: Annotated[int, typer.Option(help="Spans to publish")] = 5000,
+    repeats: Annotated[int, typer.Option(help="How many times to enqueue the example's 20 tasks")] = 5,
 ) -> None:
-    """The main job on embedded defaults: start a bus (unless one answers), then run the self-check."""
+    """The main job on embedded defaults: bus, coordinator, projector and runner on the calculator example."""
     from voltbus.services.demo import run_demo
 
     settings = settings_for()
-    run_demo(settings, rollouts, spans, say)
+    if settings.log_level.upper() == "INFO":
+        configure_logging("WARNING")  # keep the demo's output to its own progress lines
+    run_demo(settings, repeats, say)
 
 
 @app.command()

@@ -117,6 +117,18 @@ class ModelCalled(Event, frozen=True, kw_only=True):
     """What failed, when ``status`` is ``error``."""
     at: Timestamp
     """When the call started."""
+    finish_reason: str | None = None
+    """Why the engine stopped (first choice), e.g. ``stop`` or ``length``."""
+    http_status: int | None = None
+    """HTTP status the engine answered with; None when no answer came (transport error, timeout)."""
+    upstream: str | None = None
+    """Base URL of the engine that served the call."""
+    retries: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Tries made after the first one."""
+    rewritten: list[str] = []
+    """Request fields the gateway set or changed before forwarding, e.g. ``logprobs``."""
+    streamed: bool = False
+    """Whether the call was streamed (``response`` is then assembled from the chunks)."""
 
 
 class RewardReported(Event, frozen=True, kw_only=True):

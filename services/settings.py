@@ -117,6 +117,37 @@ class RunnerSettings(BaseModel):
     """On SIGTERM, how long running rollouts may finish before they are ended as failed."""
 
 
+class GatewaySettings(BaseModel):
+    """The OpenAI-compatible gateway that attributes, rewrites and records every model call."""
+
+    host: str = "127.0.0.1"
+    """Interface the gateway listens on."""
+    port: int = 8766
+    """Port of the gateway (``VOLTBUS_GATEWAY__PORT``)."""
+    upstream_url: str = "http://127.0.0.1:8000/v1"
+    """Base URL of the engine, including ``/v1`` (``VOLTBUS_GATEWAY__UPSTREAM_URL``); one engine for now."""
+    upstream_api_key: str | None = None
+    """Bearer key sent to the engine; the agent's own key is never forwarded."""
+    timeout_s: float = 300.0
+    """Seconds one upstream call may take (read timeout between streamed chunks too) before a 504."""
+    connect_timeout_s: float = 5.0
+    """Seconds to wait for a connection to the engine."""
+    retries: int = 0
+    """Extra tries of a non-streamed call after a transport error, timeout, 408, 429 or 5xx."""
+    retry_backoff_s: float = 0.5
+    """First retry delay; doubled each retry, capped at 8 s."""
+    max_body_bytes: int = 2 * 1024 * 1024
+    """Largest request body accepted (413 past it); keep it below ``nats.max_payload``."""
+    agent_key: str | None = None
+    """Key agents send (``Authorization: Bearer`` or ``x-api-key``) on model and event routes; None: open."""
+    admin_key: str | None = None
+    """Key for ``/admin/*`` (pause, resume, inflight); None: open. Also accepted on agent routes."""
+    pause_retry_after_s: int = 5
+    """Default ``Retry-After`` seconds answered while paused."""
+    record_unattributed: bool = True
+    """Record calls that name no rollout under rollout and attempt id ``unattributed``."""
+
+
 class Settings(BaseSettings):
     """Every voltbus setting, one nested section per concern."""
 
@@ -132,5 +163,7 @@ class Settings(BaseSettings):
     """Projector settings."""
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
     """Runner settings."""
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    """Gateway settings."""
     log_level: str = "INFO"
     """Logging level for every service."""

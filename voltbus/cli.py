@@ -98,6 +98,23 @@ def coordinator(nats_url: NatsUrl = None) -> None:
     asyncio.run(run(settings))
 
 
+@app.command()
+def gateway(
+    nats_url: NatsUrl = None,
+    upstream: Annotated[
+        str | None, typer.Option(help="Engine base URL with /v1 [env: VOLTBUS_GATEWAY__UPSTREAM_URL]")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 8766)")] = None,
+) -> None:
+    """Run the gateway: an OpenAI-compatible proxy that records every model call with its token ids."""
+    from voltbus.services.gateway.app import run
+
+    settings = settings_for(nats_url)
+    updates = {"upstream_url": upstream, "port": port}
+    settings.gateway = settings.gateway.model_copy(update={k: v for k, v in updates.items() if v is not None})
+    asyncio.run(run(settings))
+
+
 DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file [env: VOLTBUS_PROJECTOR__DB]")]
 
 

@@ -1,0 +1,61 @@
+"""Admin routes: pause, resume, in-flight (``/admin/*``, and AL 1.0's ``/proxy/pause|resume|state``).
+
+``POST /admin/pause`` takes ``{"retry_after_seconds": 5, "reason": "..."}`` (both optional);
+``GET /admin/inflight?wait_s=30`` waits up to ``wait_s`` for the in-flight count to reach 0 and
+answers the state with ``drained`` (the learner's drain before a weight swap).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .auth import require_admin
+from .errors import GatewayError, error_response
+from .state import gateway_of, read_json
+
+log = logging.getLogger(__name__)
+
+
+async def pause(request: Request) -> Response:
+    """Refuse new calls (429) until resumed; in-flight calls finish."""
+    gw = gateway_of(request)
+    try:
+        require_admin(request, gw.settings)
+        body = await read_json(request, 64 * 1024)
+        retry = body.get("retry_after_seconds")
+        gw.pause.pause(int(retry) if retry is not None else None, body.get("reason"))
+    except GatewayError as exc:
+        return exc.response()
+    except (TypeError, ValueError):
+        return error_response(400, "invalid_request", "retry_after_seconds must be an integer")
+    log.info("gateway/paused reason=%s inflight=%d", gw.pause.reason, gw.pause.inflight)
+    return JSONResponse(gw.pause.snapshot())
+
+
+async def resume(request: Request) -> Response:
+    """Admit new calls again."""
+    gw = gateway_of(request)
+    try:
+        require_admin(request, gw.settings)
+    except GatewayError as exc:
+        return exc.response()
+    gw.pause.resume()
+    log.info("gateway/resumed")
+    return JSONResponse(gw.pause.snapshot())
+
+
+async def inflight(request: Request) -> Response:
+    """The pause state; with ``wait_s``, after waiting (bounded) for in-flight calls to finish."""
+    gw = gateway_of(request)
+    try:
+        require_admin(request, gw.settings)
+        wait_s = float(request.query_params.get("wait_s", 0))
+    except GatewayError as exc:
+        return exc.response()
+    except ValueError:
+        return error_response(400, "invalid_request", "wait_s must be a number")
+    drained = await gw.pause.wait_drained(wait_s) if wait_s > 0 else gw.pause.inflight == 0
+    return JSONResponse({**gw.pause.snapshot(), "drained": drained})

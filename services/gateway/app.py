@@ -1,0 +1,102 @@
+"""Wiring of the gateway: routes, and the lifespan that owns the bus connection and the engine client.
+
+Model calls, in three URL shapes (each with ``/v1/chat/completions``, ``/v1/completions`` and
+``GET /v1/models``):
+
+* ``/v1/...``: attribution from ``X-Voltbus-Rollout-Id`` / ``X-Voltbus-Attempt-Id`` (rollout only:
+  its latest attempt; neither: recorded as ``unattributed``);
+* ``/rollout/{rid}/attempt/{aid}/v1/...``: Agent Lightning 0.3 / agl-lite;
+* ``/proxy/rollout/{rid}/attempt/{aid}/mode/{train|val}/openai/v1/...``: Agent Lightning 1.0.
+
+Also ``POST /api/rollouts/{rid}/attempt/{aid}/events`` (rewards and custom events), ``/healthz``,
+and the admin routes ``/admin/pause|resume|inflight`` with AL 1.0's ``/proxy/pause|resume|state``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from voltbus.services.natsserver import check_port
+from voltbus.services.settings import Settings
+from voltbus.store import connect
+
+from . import admin, events, handlers
+from .attribution import Attribution
+from .pause import PauseState
+from .state import Gateway
+from .upstream import Upstream
+
+log = logging.getLogger(__name__)
+
+PREFIXES = ("", "/rollout/{rid}/attempt/{aid}", "/proxy/rollout/{rid}/attempt/{aid}/mode/{mode}/openai")
+
+
+def routes() -> list[Route]:
+    """Every route of the gateway."""
+    out = [Route("/healthz", handlers.healthz)]
+    for prefix in PREFIXES:
+        out += [
+            Route(f"{prefix}/v1/chat/completions", handlers.proxy("chat"), methods=["POST"]),
+            Route(f"{prefix}/v1/completions", handlers.proxy("completions"), methods=["POST"]),
+            Route(f"{prefix}/v1/models", handlers.models, methods=["GET"]),
+        ]
+    out.append(Route("/api/rollouts/{rid}/attempt/{aid}/events", events.post_event, methods=["POST"]))
+    for path, pause, resume, state in (
+        ("/admin", "pause", "resume", "inflight"),
+        ("/proxy", "pause", "resume", "state"),
+    ):
+        out += [
+            Route(f"{path}/{pause}", admin.pause, methods=["POST"]),
+            Route(f"{path}/{resume}", admin.resume, methods=["POST"]),
+            Route(f"{path}/{state}", admin.inflight, methods=["GET"]),
+        ]
+    return out
+
+
+def build_app(settings: Settings) -> Starlette:
+    """The gateway app; its lifespan connects to the bus and opens the engine client."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        cfg = settings.gateway
+        store = await connect(settings=settings.nats, name="voltbus-gateway")
+        async with Upstream.make_client(cfg) as client:
+            app.state.gateway = Gateway(
+                settings=cfg,
+                store=store,
+                upstream=Upstream(cfg, client),
+                attribution=Attribution(store),
+                pause=PauseState(cfg.pause_retry_after_s),
+            )
+            try:
+                yield
+            finally:
+                await store.close()
+
+    return Starlette(routes=routes(), lifespan=lifespan)
+
+
+async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
+    """Serve the gateway until ``stop`` is set (or forever); ``ready`` is set once it accepts calls."""
+    cfg = settings.gateway
+    check_port(cfg.host, cfg.port, "gateway")
+    config = uvicorn.Config(build_app(settings), host=cfg.host, port=cfg.port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    stop = stop or asyncio.Event()
+    log.info("gateway on http://%s:%d in front of %s", cfg.host, cfg.port, cfg.upstream_url)
+    async with asyncio.TaskGroup() as tasks:
+        serving = tasks.create_task(server.serve())
+        while not server.started and not serving.done():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # uvicorn offers no start-up event
+        if ready is not None and server.started:
+            ready.set()
+        await asyncio.wait([serving, tasks.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True
+        stop.set()

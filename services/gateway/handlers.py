@@ -1,0 +1,107 @@
+"""Model-call handlers: check, attribute, rewrite, forward, record, answer.
+
+Order for a call: auth (401), pause (429), attribution (404 for an unknown rollout or attempt),
+body (413 over the limit, 400 malformed), then the engine. The engine's answer and status pass
+through; an engine that fails (5xx after retries) gives 502, a timeout 504, no connection 502.
+Every forwarded call is recorded as one ``ModelCalled``; a non-streamed call whose event the bus
+refuses is answered 503 (the agent retries) so no sampled call goes untrained-on unnoticed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .auth import require_agent
+from .errors import GatewayError, error_response
+from .record import Call, model_called
+from .rewrite import Kind, rewrite_body
+from .state import Gateway, gateway_of, read_json
+from .streaming import stream_call
+from .upstream import failure_answer
+
+log = logging.getLogger(__name__)
+
+
+async def begin(request: Request, kind: Kind) -> tuple[Gateway, Call]:
+    """Everything before the engine is called: auth, pause, attribution, body, rewriting."""
+    gw = gateway_of(request)
+    require_agent(request, gw.settings)
+    if gw.pause.paused:
+        raise GatewayError(429, "gateway_paused", "gateway paused")
+    rid, aid = await gw.attribution.resolve(request)
+    body = await read_json(request, gw.settings.max_body_bytes)
+    forwarded, rewritten = rewrite_body(body, kind)
+    call = Call(rid, aid, kind, forwarded, rewritten, gw.upstream.base, streamed=bool(body.get("stream")))
+    return gw, call
+
+
+async def finish(gw: Gateway, call: Call) -> Response:
+    """Forward a non-streamed call, record it, answer the agent."""
+    outcome = await gw.upstream.call(call.path, call.request)
+    answer, error = failure_answer(outcome)
+    event = model_called(call, outcome.body, http_status=outcome.status, retries=outcome.retries, error=error)
+    failed = await gw.record([event]) if call.rollout_id != "unattributed" or gw.settings.record_unattributed else None
+    log.info(
+        "gateway/call rollout_id=%s attempt_id=%s call_id=%s status=%s latency_s=%.4f",
+        call.rollout_id,
+        call.attempt_id,
+        call.call_id,
+        outcome.status,
+        event.latency_s,
+    )
+    if answer is not None:
+        return answer
+    if failed is not None:
+        return error_response(503, "record_failed", f"model call could not be recorded: {failed}")
+    return JSONResponse(outcome.body, status_code=outcome.status or 502)
+
+
+def proxy(kind: Kind) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint for one API (chat or completions), shared by every route shape."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            gw, call = await begin(request, kind)
+        except GatewayError as exc:
+            return gw_refusal(request, exc)
+        await gw.pause.enter()
+        if call.streamed:
+            return await stream_call(gw, call)  # the stream leaves the in-flight count when it ends
+        try:
+            return await finish(gw, call)
+        finally:
+            await gw.pause.leave()
+
+    return endpoint
+
+
+def gw_refusal(request: Request, exc: GatewayError) -> Response:
+    """A refusal answer; a paused refusal carries ``Retry-After`` and ``X-Agl-Paused``."""
+    if exc.status == 429:
+        return gateway_of(request).pause.refusal()
+    return exc.response()
+
+
+async def models(request: Request) -> Response:
+    """``GET /v1/models``: the engine's list, passed through."""
+    gw = gateway_of(request)
+    try:
+        require_agent(request, gw.settings)
+    except GatewayError as exc:
+        return exc.response()
+    outcome = await gw.upstream.get("models")
+    answer, _ = failure_answer(outcome)
+    if answer is not None:
+        return answer
+    return JSONResponse(outcome.body, status_code=outcome.status or 502)
+
+
+async def healthz(request: Request) -> Response:
+    """Liveness: ``{"status": "ok"}`` plus the pause state (no auth)."""
+    body: dict[str, Any] = {"status": "ok", **gateway_of(request).pause.snapshot()}
+    return JSONResponse(body)

@@ -1,0 +1,81 @@
+"""One ``ModelCalled`` event per call: what was sent, what came back, and what it cost."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from voltbus.schemas import ErrorInfo, ModelCalled, Usage, derive_id
+
+from .rewrite import Kind, read_response
+
+
+@dataclass
+class Call:
+    """A call being served: its attribution, the body forwarded, and its clocks."""
+
+    rollout_id: str
+    attempt_id: str
+    kind: Kind
+    request: dict[str, Any]
+    rewritten: list[str]
+    upstream: str
+    streamed: bool = False
+    call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    at: float = field(default_factory=time.time)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def path(self) -> str:
+        """The engine path of this API."""
+        return "chat/completions" if self.kind == "chat" else "completions"
+
+
+def _raw(value: Any) -> msgspec.Raw:
+    return msgspec.Raw(json.dumps(value, separators=(",", ":")).encode())
+
+
+def model_called(
+    call: Call,
+    response: Any,
+    *,
+    http_status: int | None,
+    retries: int = 0,
+    error: tuple[str, str] | None = None,
+) -> ModelCalled:
+    """The event for ``call``; ``error`` is (type, message) for a failed call, which sets ``status``."""
+    sampled = read_response(response)
+    usage = sampled.usage
+    if not usage and (sampled.prompt_ids or sampled.response_ids):
+        p, c = len(sampled.prompt_ids), len(sampled.response_ids)
+        usage = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    keys = ("prompt_tokens", "completion_tokens", "total_tokens")
+    return ModelCalled(
+        event_id=derive_id(call.rollout_id, "call", call.call_id),
+        rollout_id=call.rollout_id,
+        attempt_id=call.attempt_id,
+        call_id=call.call_id,
+        resources_id=sampled.resources_id,
+        model=sampled.model or str(call.request.get("model") or ""),
+        request=_raw(call.request),
+        response=_raw(response),
+        prompt_ids=sampled.prompt_ids,
+        response_ids=sampled.response_ids,
+        logprobs=sampled.logprobs,
+        latency_s=max(0.0, time.monotonic() - call.started),
+        usage=Usage(**{k: max(0, usage[k]) for k in keys if k in usage}),
+        status="error" if error else "ok",
+        error=ErrorInfo(type=error[0], message=error[1]) if error else None,
+        at=call.at,
+        finish_reason=sampled.finish_reason if isinstance(sampled.finish_reason, str) else None,
+        http_status=http_status,
+        upstream=call.upstream,
+        retries=retries,
+        rewritten=call.rewritten,
+        streamed=call.streamed,
+    )

@@ -1,0 +1,101 @@
+"""Pure request rewriting and response reading: what the gateway forces, and what it records.
+
+The engine is asked for the token ids and logprobs it sampled (vLLM's ``return_token_ids`` and
+``logprobs``); nothing else in the body is touched, and the names of the changed fields are kept.
+Token ids are read where vLLM puts them: ``prompt_token_ids`` at the top level (chat) or on the
+choice (completions), ``choices[i].token_ids``, and logprobs from ``logprobs.content[*].logprob``
+(chat) or ``logprobs.token_logprobs`` (completions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["chat", "completions"]
+"""Which OpenAI API a call uses."""
+
+
+def rewrite_body(body: dict[str, Any], kind: Kind) -> tuple[dict[str, Any], list[str]]:
+    """The body to forward and the names of the fields set or changed (a shallow copy; input untouched).
+
+    >>> rewrite_body({"model": "m", "logprobs": True}, "chat")
+    ({'model': 'm', 'logprobs': True, 'return_token_ids': True}, ['return_token_ids'])
+    >>> rewrite_body({"model": "m", "logprobs": 2}, "completions")[1]
+    ['return_token_ids']
+    >>> rewrite_body({"model": "m"}, "completions")
+    ({'model': 'm', 'logprobs': 0, 'return_token_ids': True}, ['logprobs', 'return_token_ids'])
+    """
+    out = dict(body)
+    changed: list[str] = []
+    if kind == "chat":
+        if out.get("logprobs") is not True:
+            out["logprobs"] = True
+            changed.append("logprobs")
+    elif not isinstance(out.get("logprobs"), int) or isinstance(out.get("logprobs"), bool):
+        out["logprobs"] = 0  # completions: 0 still returns the sampled token's logprob
+        changed.append("logprobs")
+    if out.get("return_token_ids") is not True:
+        out["return_token_ids"] = True
+        changed.append("return_token_ids")
+    return out, changed
+
+
+def _ints(value: Any) -> list[int]:
+    return [int(t) for t in value] if isinstance(value, list) else []
+
+
+def choice_logprobs(choice: dict[str, Any]) -> list[float]:
+    """Sampled-token logprobs of one choice (chat or completions schema); [] when absent.
+
+    >>> choice_logprobs({"logprobs": {"content": [{"logprob": -0.5}, {"logprob": -1.0}]}})
+    [-0.5, -1.0]
+    >>> choice_logprobs({"logprobs": {"token_logprobs": [-0.25]}}), choice_logprobs({})
+    ([-0.25], [])
+    """
+    lp = choice.get("logprobs") or {}
+    if not isinstance(lp, dict):
+        return []
+    content = lp.get("content")
+    if isinstance(content, list):
+        return [float(c["logprob"]) for c in content if isinstance(c, dict) and "logprob" in c]
+    tokens = lp.get("token_logprobs")
+    return [float(x) for x in tokens if x is not None] if isinstance(tokens, list) else []
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """What a response says was sampled (first choice; the full response is recorded as well)."""
+
+    model: str | None = None
+    prompt_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    finish_reason: str | None = None
+    resources_id: str | None = None
+
+
+def read_response(body: Any) -> Sampled:
+    """Token ids, logprobs, usage and finish reason of an OpenAI response (vLLM fields).
+
+    >>> s = read_response({"model": "m", "prompt_token_ids": [1, 2], "usage": {"total_tokens": 3},
+    ...     "choices": [{"token_ids": [7], "finish_reason": "stop", "logprobs": {"content": [{"logprob": -0.5}]}}]})
+    >>> s.prompt_ids, s.response_ids, s.logprobs, s.finish_reason, s.usage
+    ([1, 2], [7], [-0.5], 'stop', {'total_tokens': 3})
+    """
+    if not isinstance(body, dict):
+        return Sampled()
+    choices = body.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    resources = body.get("resources_id", body.get("weight_version"))
+    return Sampled(
+        model=body.get("model") if isinstance(body.get("model"), str) else None,
+        prompt_ids=_ints(body.get("prompt_token_ids") or choice.get("prompt_token_ids")),
+        response_ids=_ints(choice.get("token_ids")),
+        logprobs=choice_logprobs(choice),
+        usage={k: int(v) for k, v in (usage or {}).items() if isinstance(v, int) and not isinstance(v, bool)},
+        finish_reason=choice.get("finish_reason"),
+        resources_id=str(resources) if resources is not None else None,
+    )

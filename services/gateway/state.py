@@ -1,0 +1,68 @@
+"""What the handlers share, built once per app in its lifespan and kept on ``app.state.gateway``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+
+from voltbus.schemas.errors import VoltbusError
+from voltbus.services.settings import GatewaySettings
+from voltbus.store import Store
+
+from .attribution import Attribution
+from .errors import GatewayError
+from .pause import PauseState
+from .upstream import Upstream
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Gateway:
+    """The gateway's resources: settings, store (bus), engine client, attribution, pause state."""
+
+    settings: GatewaySettings
+    store: Store
+    upstream: Upstream
+    attribution: Attribution
+    pause: PauseState
+
+    async def record(self, events: Sequence[Any]) -> str | None:
+        """Publish events to the spans stream; the error text if the bus refused them (logged)."""
+        try:
+            await self.store.log.publish_spans(events)
+        except (VoltbusError, OSError, TimeoutError) as exc:
+            log.error("gateway/record_failed events=%d: %s", len(events), exc)
+            return str(exc) or type(exc).__name__
+        return None
+
+
+def gateway_of(request: Request) -> Gateway:
+    """The app's Gateway (the lifespan put it there)."""
+    return request.app.state.gateway
+
+
+async def read_json(request: Request, limit: int) -> dict[str, Any]:
+    """The body as a JSON object; 413 past ``limit`` bytes (read no further), 400 if not a JSON object."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise GatewayError(413, "body_too_large", f"request body over {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise GatewayError(413, "body_too_large", f"request body over {limit} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except ValueError as exc:
+        raise GatewayError(400, "invalid_json", f"invalid JSON in request body: {exc}") from None
+    if not isinstance(body, dict):
+        raise GatewayError(400, "invalid_request", "request body must be a JSON object")
+    return body

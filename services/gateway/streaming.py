@@ -1,0 +1,94 @@
+"""Streamed calls: SSE bytes pass through as they arrive; the call is recorded once, when it ends.
+
+The response is a ``StreamingResponse`` whose ``__call__`` always ends in ``close()``: the engine's
+response is closed (cancelling the engine request if the agent went away), the assembled call is
+recorded (``status="error"``, type ``Cancelled``, when the agent disconnected before the end), and
+the call leaves the in-flight count. Recording is shielded from the cancellation of a disconnect.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import anyio
+import httpx
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from .errors import error_response
+from .record import Call, model_called
+from .state import Gateway
+from .stream import StreamAssembler
+from .upstream import failure_answer
+
+
+class RecordedStream(StreamingResponse):
+    """A pass-through SSE stream that records its call when it ends, however it ends."""
+
+    def __init__(self, gw: Gateway, call: Call, upstream: httpx.Response) -> None:
+        self.gw, self.call, self.upstream = gw, call, upstream
+        self.assembler = StreamAssembler(call.kind)
+        self.ended = False
+        self.failure: tuple[str, str] | None = None
+        media = upstream.headers.get("content-type", "text/event-stream")
+        super().__init__(self.chunks(), status_code=upstream.status_code, media_type=media)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The engine's bytes, unchanged, copied into the assembler."""
+        try:
+            async for data in self.upstream.aiter_raw():
+                self.assembler.feed(data)
+                yield data
+        except httpx.HTTPError as exc:
+            kind = "UpstreamTimeout" if isinstance(exc, httpx.TimeoutException) else "UpstreamError"
+            self.failure = (kind, f"engine stream broke: {type(exc).__name__}: {exc}")
+            error = {"error": {"message": self.failure[1], "type": "upstream_error", "code": 502}}
+            yield f"data: {json.dumps(error)}\n\n".encode()
+            return
+        self.ended = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.close()
+
+    async def close(self) -> None:
+        """Close the engine response, record the call, leave the in-flight count."""
+        try:
+            await self.upstream.aclose()
+            failure = self.failure
+            if failure is None and not self.ended:
+                failure = ("Cancelled", "client disconnected before the stream ended")
+            if failure is None and self.assembler.error is not None:
+                failure = ("UpstreamError", f"engine sent an error chunk: {self.assembler.error}")
+            event = model_called(
+                self.call, self.assembler.response(), http_status=self.upstream.status_code, error=failure
+            )
+            if self.call.rollout_id != "unattributed" or self.gw.settings.record_unattributed:
+                await self.gw.record([event])
+        finally:
+            await self.gw.pause.leave()
+
+
+async def stream_call(gw: Gateway, call: Call) -> Response:
+    """Open the engine stream; a failure to open is recorded and answered like a non-streamed one."""
+    try:
+        opened = await gw.upstream.open_stream(call.path, call.request)
+    except BaseException:
+        await gw.pause.leave()
+        raise
+    if isinstance(opened, httpx.Response):
+        return RecordedStream(gw, call, opened)
+    try:
+        answer, error = failure_answer(opened)
+        await gw.record([model_called(call, opened.body, http_status=opened.status, error=error)])
+        if answer is not None:
+            return answer
+        if opened.body is None:
+            return error_response(opened.status or 502, "upstream_error", opened.detail)
+        return JSONResponse(opened.body, status_code=opened.status or 502)
+    finally:
+        await gw.pause.leave()

@@ -1,0 +1,176 @@
+"""A stub OpenAI-compatible engine (the outer edge), with vLLM's token ids and logprobs.
+
+Answers chat and completions, streamed or not; ``StubControl`` makes it fail with 503, or hold
+calls until released (to keep a call in flight), and keeps every body it received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+PROMPT_IDS = [101, 102, 103]
+TOKENS = [("4", 52, -0.125), ("2", 50, -0.25)]
+"""The answer: (text piece, token id, logprob) per sampled token."""
+
+
+@dataclass
+class StubControl:
+    """How the stub behaves, and what it saw."""
+
+    fail_status: int | None = None
+    hold: asyncio.Event | None = None
+    entered: asyncio.Event = field(default_factory=asyncio.Event)
+    received: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _choice(kind: str) -> dict[str, Any]:
+    text = "".join(t for t, _, _ in TOKENS)
+    ids = [i for _, i, _ in TOKENS]
+    if kind == "chat":
+        lp = {"content": [{"token": t, "logprob": p, "bytes": None, "top_logprobs": []} for t, _, p in TOKENS]}
+        return {
+            "index": 0,
+            "finish_reason": "stop",
+            "token_ids": ids,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": lp,
+        }
+    lp = {
+        "tokens": [t for t, _, _ in TOKENS],
+        "token_logprobs": [p for _, _, p in TOKENS],
+        "top_logprobs": None,
+        "text_offset": [0, 1],
+    }
+    return {
+        "index": 0,
+        "finish_reason": "stop",
+        "token_ids": ids,
+        "prompt_token_ids": PROMPT_IDS,
+        "text": text,
+        "logprobs": lp,
+    }
+
+
+def _chunks(kind: str, model: str) -> list[dict[str, Any]]:
+    head = {
+        "id": "cmpl-stub",
+        "created": 0,
+        "model": model,
+        "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+    }
+    out = []
+    for n, (text, tid, p) in enumerate(TOKENS):
+        last = n == len(TOKENS) - 1
+        if kind == "chat":
+            choice = {
+                "index": 0,
+                "delta": {"content": text, **({"role": "assistant"} if n == 0 else {})},
+                "token_ids": [tid],
+                "logprobs": {"content": [{"token": text, "logprob": p, "bytes": None, "top_logprobs": []}]},
+            }
+        else:
+            choice = {
+                "index": 0,
+                "text": text,
+                "token_ids": [tid],
+                "logprobs": {"tokens": [text], "token_logprobs": [p], "top_logprobs": None, "text_offset": [n]},
+            }
+            if n == 0:
+                choice["prompt_token_ids"] = PROMPT_IDS
+        choice["finish_reason"] = "stop" if last else None
+        out.append(
+            {**head, "choices": [choice], **({"prompt_token_ids": PROMPT_IDS} if n == 0 and kind == "chat" else {})}
+        )
+    return out
+
+
+def stub_app(control: StubControl) -> Starlette:
+    """The stub engine app."""
+
+    async def complete(request: Request, kind: str) -> Response:
+        body = await request.json()
+        control.received.append(body)
+        control.entered.set()
+        if control.hold is not None:
+            await control.hold.wait()
+        if control.fail_status is not None:
+            return JSONResponse({"error": {"message": "engine overloaded"}}, status_code=control.fail_status)
+        model = body.get("model", "stub")
+        if body.get("stream"):
+
+            async def sse() -> AsyncIterator[bytes]:
+                for chunk in _chunks(kind, model):
+                    yield f"data: {json.dumps(chunk)}\n\n".encode()
+                yield b"data: [DONE]\n\n"
+
+            return StreamingResponse(sse(), media_type="text/event-stream")
+        usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+        obj = "chat.completion" if kind == "chat" else "text_completion"
+        extra = {"prompt_token_ids": PROMPT_IDS} if kind == "chat" else {}
+        return JSONResponse(
+            {
+                "id": "cmpl-stub",
+                "object": obj,
+                "created": 0,
+                "model": model,
+                "choices": [_choice(kind)],
+                "usage": usage,
+                **extra,
+            }
+        )
+
+    async def chat(request: Request) -> Response:
+        return await complete(request, "chat")
+
+    async def completions(request: Request) -> Response:
+        return await complete(request, "completions")
+
+    async def models(_: Request) -> Response:
+        return JSONResponse(
+            {"object": "list", "data": [{"id": "stub", "object": "model", "created": 0, "owned_by": "me"}]}
+        )
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/models", models),
+        ]
+    )
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@asynccontextmanager
+async def serve(app: Any, lifespan: str = "off") -> AsyncIterator[str]:
+    """Serve an ASGI app with uvicorn on a free loopback port; yields ``http://127.0.0.1:<port>``."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan=lifespan))
+    task = asyncio.create_task(server.serve())
+    while not server.started and not task.done():  # noqa: ASYNC110
+        await asyncio.sleep(0.01)  # uvicorn offers no start-up event
+    if task.done():
+        await task
+        raise RuntimeError("server did not start")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from contextlib import AsyncExitStack
-
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 

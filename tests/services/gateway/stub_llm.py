@@ -31,6 +31,8 @@ class StubControl:
 
     fail_status: int | None = None
     hold: asyncio.Event | None = None
+    stream_gate: asyncio.Event | None = None
+    """When set, a stream stops after its first chunk until this is set."""
     entered: asyncio.Event = field(default_factory=asyncio.Event)
     received: list[dict[str, Any]] = field(default_factory=list)
 
@@ -111,7 +113,9 @@ def stub_app(control: StubControl) -> Starlette:
         if body.get("stream"):
 
             async def sse() -> AsyncIterator[bytes]:
-                for chunk in _chunks(kind, model):
+                for n, chunk in enumerate(_chunks(kind, model)):
+                    if n == 1 and control.stream_gate is not None:
+                        await control.stream_gate.wait()
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
                 yield b"data: [DONE]\n\n"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -71,12 +70,20 @@ async def gateway(make_gateway: GatewayFactory) -> Setup:
 
 
 async def model_calls(eventlog: EventLog, count: int, timeout: float = 10.0) -> list[ModelCalled]:
-    """The ModelCalled events on the spans stream, once there are ``count`` of them (a streamed call is
-    recorded just after its last byte is sent, so this polls the log)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = [e.event async for e in eventlog.replay("spans") if isinstance(getattr(e, "event", None), ModelCalled)]
-        if len(found) >= count or time.monotonic() > deadline:
-            assert len(found) == count, f"expected {count} ModelCalled events, found {len(found)}"
-            return found
-        await asyncio.sleep(0.02)  # polling the log
+    """The ModelCalled events on the spans stream, waiting (by following the log) until there are ``count``
+    (a streamed call is recorded just after its last byte is sent)."""
+    found: list[ModelCalled] = []
+    replay = eventlog.replay("spans", follow=True)
+    try:
+        async with asyncio.timeout(timeout):
+            async for item in replay:
+                if isinstance(getattr(item, "event", None), ModelCalled):
+                    found.append(item.event)  # type: ignore[union-attr]
+                    if len(found) == count:
+                        break
+    except TimeoutError:
+        pass
+    finally:
+        await replay.aclose()  # type: ignore[attr-defined]
+    assert len(found) == count, f"expected {count} ModelCalled events, found {len(found)}"
+    return found

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks import bench_control, bench_eventlog, bench_projector, bench_runner
+from tests.benchmarks import bench_control, bench_eventlog, bench_gateway, bench_projector, bench_runner
 
 pytestmark = pytest.mark.bench
 
@@ -52,3 +52,13 @@ async def test_bench_runner(tmp_path: Path) -> None:
         assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f
         if f.case.endswith("_spans"):
             assert "lost 0 of" in f.note and "failed checks 0" in f.note, f.note  # correctness, not speed
+
+
+@pytest.mark.timeout(600)
+async def test_bench_gateway(tmp_path: Path) -> None:
+    """Gateway overhead vs the stub engine directly (1/16/64 concurrent, streamed and not): prints, appends rows."""
+    figures = await bench_gateway.run(bench_gateway.Options(), tmp_path)
+    cases = {f.case for f in figures}
+    assert {f"gw_{s}c{n}" for s in ("", "stream_") for n in (1, 16, 64)} <= cases
+    for f in figures:
+        assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f

@@ -6,11 +6,13 @@ reads the environment; the CLI builds Settings once and passes it down.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated
 
 import platformdirs
-from pydantic import BaseModel, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def default_data_dir() -> Path:
@@ -125,17 +127,29 @@ class GatewaySettings(BaseModel):
     port: int = 8766
     """Port of the gateway (``VOLTBUS_GATEWAY__PORT``)."""
     upstream_url: str = "http://127.0.0.1:8000/v1"
-    """Base URL of the engine, including ``/v1`` (``VOLTBUS_GATEWAY__UPSTREAM_URL``); one engine for now."""
+    """Base URL of the engine, including ``/v1`` (``VOLTBUS_GATEWAY__UPSTREAM_URL``): the one engine
+    when ``upstream_urls`` is empty."""
+    upstream_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Base URLs of several engines, each including ``/v1``; when set, ``upstream_url`` is ignored.
+    ``VOLTBUS_GATEWAY__UPSTREAM_URLS='["http://a:8000/v1","http://b:8000/v1"]'`` (a JSON list) or a
+    comma-separated string. A call of a rollout always goes to the same engine while that engine is up
+    (prefix-cache reuse); unattributed calls go round robin."""
+    engine_cooldown_s: float = Field(default=5.0, ge=0)
+    """Seconds an engine that failed (transport error, timeout, 408, 429, 5xx) is skipped (tried last)."""
+    health_check_s: float = Field(default=0.0, ge=0)
+    """Seconds between active health checks (``GET /models`` on every engine); 0: only calls tell."""
     upstream_api_key: str | None = None
     """Bearer key sent to the engine; the agent's own key is never forwarded."""
     timeout_s: float = 300.0
     """Seconds one upstream call may take (read timeout between streamed chunks too) before a 504."""
     connect_timeout_s: float = 5.0
     """Seconds to wait for a connection to the engine."""
-    retries: int = 0
-    """Extra tries of a non-streamed call after a transport error, timeout, 408, 429 or 5xx."""
+    retries: int | None = Field(default=None, ge=0)
+    """Extra tries of a call after a transport error, timeout, 408, 429 or 5xx, each on the next engine
+    (a streamed call only before its first byte); None: one try per engine (0 with one engine)."""
     retry_backoff_s: float = 0.5
-    """First retry delay; doubled each retry, capped at 8 s."""
+    """Delay before a retry on an engine already tried or down (a fresh engine that is up is tried at
+    once); doubled each retry, capped at 8 s."""
     max_body_bytes: int = 2 * 1024 * 1024
     """Largest request body accepted (413 past it); keep it below ``nats.max_payload``."""
     agent_key: str | None = None
@@ -146,6 +160,27 @@ class GatewaySettings(BaseModel):
     """Default ``Retry-After`` seconds answered while paused."""
     record_unattributed: bool = True
     """Record calls that name no rollout under rollout and attempt id ``unattributed``."""
+
+    @field_validator("upstream_urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value: object) -> object:
+        """Accept a JSON list or a comma-separated string (from the environment) as well as a list."""
+        if isinstance(value, str):
+            if value.strip().startswith("["):
+                return json.loads(value)
+            return [u.strip() for u in value.split(",") if u.strip()]
+        return value
+
+    @property
+    def engines(self) -> list[str]:
+        """The engines' base URLs: ``upstream_urls``, or ``[upstream_url]``.
+
+        >>> GatewaySettings(upstream_url="http://e/v1").engines
+        ['http://e/v1']
+        >>> GatewaySettings(upstream_urls="http://a/v1, http://b/v1").engines
+        ['http://a/v1', 'http://b/v1']
+        """
+        return list(self.upstream_urls) or [self.upstream_url]
 
 
 class Settings(BaseSettings):

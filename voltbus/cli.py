@@ -102,7 +102,8 @@ def coordinator(nats_url: NatsUrl = None) -> None:
 def gateway(
     nats_url: NatsUrl = None,
     upstream: Annotated[
-        str | None, typer.Option(help="Engine base URL with /v1 [env: VOLTBUS_GATEWAY__UPSTREAM_URL]")
+        list[str] | None,
+        typer.Option(help="Engine base URL with /v1; repeat for several engines [env: VOLTBUS_GATEWAY__UPSTREAM_URLS]"),
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port (default 8766)")] = None,
 ) -> None:
@@ -110,7 +111,7 @@ def gateway(
     from voltbus.services.gateway.app import run
 
     settings = settings_for(nats_url)
-    updates = {"upstream_url": upstream, "port": port}
+    updates = {"upstream_urls": upstream or None, "port": port}
     settings.gateway = settings.gateway.model_copy(update={k: v for k, v in updates.items() if v is not None})
     asyncio.run(run(settings))
 

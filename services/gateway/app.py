@@ -8,13 +8,17 @@ Model calls, in three URL shapes (each with ``/v1/chat/completions``, ``/v1/comp
 * ``/rollout/{rid}/attempt/{aid}/v1/...``: Agent Lightning 0.3 / agl-lite;
 * ``/proxy/rollout/{rid}/attempt/{aid}/mode/{train|val}/openai/v1/...``: Agent Lightning 1.0.
 
-Also ``POST /api/rollouts/{rid}/attempt/{aid}/events`` (rewards and custom events), ``/healthz``,
+Calls go to one of the engines (``upstream_urls``, or ``upstream_url``): see ``routing`` and ``upstream``.
+
+Also ``POST /api/rollouts/{rid}/attempt/{aid}/events`` (rewards and custom events), ``/healthz``
+(pause state and the engines' health),
 and the admin routes ``/admin/pause|resume|inflight`` with AL 1.0's ``/proxy/pause|resume|state``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -68,16 +72,22 @@ def build_app(settings: Settings) -> Starlette:
         cfg = settings.gateway
         store = await connect(settings=settings.nats, name="voltbus-gateway")
         async with Upstream.make_client(cfg) as client:
+            upstream = Upstream(cfg, client)
             app.state.gateway = Gateway(
                 settings=cfg,
                 store=store,
-                upstream=Upstream(cfg, client),
+                upstream=upstream,
                 attribution=Attribution(store),
                 pause=PauseState(cfg.pause_retry_after_s),
             )
+            probing = asyncio.create_task(upstream.probe_forever(cfg.health_check_s)) if cfg.health_check_s else None
             try:
                 yield
             finally:
+                if probing is not None:
+                    probing.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await probing
                 await store.close()
 
     return Starlette(routes=routes(), lifespan=lifespan)
@@ -90,7 +100,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
     config = uvicorn.Config(build_app(settings), host=cfg.host, port=cfg.port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     stop = stop or asyncio.Event()
-    log.info("gateway on http://%s:%d in front of %s", cfg.host, cfg.port, cfg.upstream_url)
+    log.info("gateway on http://%s:%d in front of %s", cfg.host, cfg.port, ", ".join(cfg.engines))
     async with asyncio.TaskGroup() as tasks:
         serving = tasks.create_task(server.serve())
         while not server.started and not serving.done():  # noqa: ASYNC110

@@ -2,7 +2,8 @@
 
 Order for a call: auth (401), pause (429), attribution (404 for an unknown rollout or attempt),
 body (413 over the limit, 400 malformed), then the engine. The engine's answer and status pass
-through; an engine that fails (5xx after retries) gives 502, a timeout 504, no connection 502.
+through; when every try fails (5xx, timeout, no connection, on each engine tried; see
+``upstream``) the answer is 502 (504 for a timeout) naming the engines tried.
 Every forwarded call is recorded as one ``ModelCalled``; a non-streamed call whose event the bus
 refuses is answered 503 (the agent retries) so no sampled call goes untrained-on unnoticed.
 """
@@ -22,7 +23,7 @@ from .record import Call, model_called
 from .rewrite import Kind, rewrite_body
 from .state import Gateway, gateway_of, read_json
 from .streaming import stream_call
-from .upstream import failure_answer
+from .upstream import failure_answer, routing_key
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +37,14 @@ async def begin(request: Request, kind: Kind) -> tuple[Gateway, Call]:
     rid, aid = await gw.attribution.resolve(request)
     body = await read_json(request, gw.settings.max_body_bytes)
     forwarded, rewritten = rewrite_body(body, kind)
-    call = Call(rid, aid, kind, forwarded, rewritten, gw.upstream.base, streamed=bool(body.get("stream")))
+    call = Call(rid, aid, kind, forwarded, rewritten, "", streamed=bool(body.get("stream")))
     return gw, call
 
 
 async def finish(gw: Gateway, call: Call) -> Response:
     """Forward a non-streamed call, record it, answer the agent."""
-    outcome = await gw.upstream.call(call.path, call.request)
+    outcome = await gw.upstream.call(call.path, call.request, routing_key(call.rollout_id))
+    call.upstream = outcome.upstream
     answer, error = failure_answer(outcome)
     event = model_called(call, outcome.body, http_status=outcome.status, retries=outcome.retries, error=error)
     failed = await gw.record([event]) if call.rollout_id != "unattributed" or gw.settings.record_unattributed else None
@@ -102,6 +104,10 @@ async def models(request: Request) -> Response:
 
 
 async def healthz(request: Request) -> Response:
-    """Liveness: ``{"status": "ok"}`` plus the pause state (no auth)."""
-    body: dict[str, Any] = {"status": "ok", **gateway_of(request).pause.snapshot()}
+    """Liveness (no auth): ``status`` (``ok``, or ``degraded`` when every engine is down), the pause
+    state, and the health view of the engines (``engines``: URL, ``up``/``down``, failures, last error)."""
+    gw = gateway_of(request)
+    health = gw.upstream.health()
+    status = "ok" if health["engines_up"] else "degraded"
+    body: dict[str, Any] = {"status": status, **gw.pause.snapshot(), **health}
     return JSONResponse(body)

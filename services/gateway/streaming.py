@@ -20,14 +20,14 @@ from .errors import error_response
 from .record import Call, model_called
 from .state import Gateway
 from .stream import StreamAssembler
-from .upstream import failure_answer
+from .upstream import failure_answer, routing_key
 
 
 class RecordedStream(StreamingResponse):
     """A pass-through SSE stream that records its call when it ends, however it ends."""
 
-    def __init__(self, gw: Gateway, call: Call, upstream: httpx.Response) -> None:
-        self.gw, self.call, self.upstream = gw, call, upstream
+    def __init__(self, gw: Gateway, call: Call, upstream: httpx.Response, retries: int = 0) -> None:
+        self.gw, self.call, self.upstream, self.retries = gw, call, upstream, retries
         self.assembler = StreamAssembler(call.kind)
         self.ended = False
         self.failure: tuple[str, str] | None = None
@@ -65,7 +65,11 @@ class RecordedStream(StreamingResponse):
             if failure is None and self.assembler.error is not None:
                 failure = ("UpstreamError", f"engine sent an error chunk: {self.assembler.error}")
             event = model_called(
-                self.call, self.assembler.response(), http_status=self.upstream.status_code, error=failure
+                self.call,
+                self.assembler.response(),
+                http_status=self.upstream.status_code,
+                retries=self.retries,
+                error=failure,
             )
             if self.call.rollout_id != "unattributed" or self.gw.settings.record_unattributed:
                 await self.gw.record([event])
@@ -74,17 +78,20 @@ class RecordedStream(StreamingResponse):
 
 
 async def stream_call(gw: Gateway, call: Call) -> Response:
-    """Open the engine stream; a failure to open is recorded and answered like a non-streamed one."""
+    """Open the engine stream (retried on the next engine until it opens; never once bytes flow);
+    a failure to open is recorded and answered like a non-streamed one."""
     try:
-        opened = await gw.upstream.open_stream(call.path, call.request)
+        opened = await gw.upstream.open_stream(call.path, call.request, routing_key(call.rollout_id))
     except BaseException:
         await gw.pause.leave()
         raise
-    if isinstance(opened, httpx.Response):
-        return RecordedStream(gw, call, opened)
+    call.upstream = opened.upstream
+    if opened.stream is not None:
+        return RecordedStream(gw, call, opened.stream, opened.retries)
     try:
         answer, error = failure_answer(opened)
-        await gw.record([model_called(call, opened.body, http_status=opened.status, error=error)])
+        event = model_called(call, opened.body, http_status=opened.status, retries=opened.retries, error=error)
+        await gw.record([event])
         if answer is not None:
             return answer
         if opened.body is None:

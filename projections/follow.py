@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 from collections.abc import Callable
-
-import nats.errors
-from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from voltbus.services.eventlog import EventLog
 
@@ -18,26 +14,6 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
 """Called after each batch with (stream, position, end) where end is 0 when following live."""
-
-
-async def first_seq_at(log_: EventLog, stream: str, at: float) -> int | None:
-    """Sequence of the first message of ``stream`` stored at or after time ``at`` (None: none yet)."""
-    name = log_.topology.control_stream if stream == "control" else log_.topology.spans_stream
-    start = ConsumerConfig(opt_start_time=dt.datetime.fromtimestamp(at, dt.UTC))
-    sub = await log_.js.subscribe(
-        f"{log_.topology.namespace}.>",
-        stream=name,
-        ordered_consumer=True,
-        deliver_policy=DeliverPolicy.BY_START_TIME,
-        config=start,
-    )
-    try:
-        msg = await sub.next_msg(timeout=1.0)
-        return msg.metadata.sequence.stream
-    except nats.errors.TimeoutError:
-        return None
-    finally:
-        await sub.unsubscribe()
 
 
 async def ends_at(log_: EventLog, to_seq: int | None = None, to_time: float | None = None) -> dict[str, int]:
@@ -53,7 +29,7 @@ async def ends_at(log_: EventLog, to_seq: int | None = None, to_time: float | No
             ends["spans"] = 0
     if to_time is not None:
         for stream in STREAMS if to_seq is None else ("spans",):
-            first_after = await first_seq_at(log_, stream, to_time + 1e-6)
+            first_after = await log_.first_seq_at(stream, to_time + 1e-6)
             ends[stream] = min(ends[stream], first_after - 1) if first_after is not None else ends[stream]
     return ends
 

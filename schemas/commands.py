@@ -139,6 +139,8 @@ class ParkRollout(Command, frozen=True, kw_only=True):
     """The rollout."""
     reason: str
     """Why it was parked."""
+    dispatch_event_id: Id | None = None
+    """The dead dispatch message's event id: the rollout is parked only while that is still its queue entry."""
     at: Timestamp
     """When."""
 

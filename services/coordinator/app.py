@@ -9,7 +9,7 @@ import time
 from voltbus.services.settings import Settings
 from voltbus.store import connect
 
-from .handlers import catch_up, dead_letters, follow_control, follow_spans, supervised, timer
+from .handlers import catch_up, catch_up_spans, dead_letters, follow_control, follow_spans, supervised, timer
 from .tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -22,8 +22,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     delay = settings.coordinator.restart_delay_s
     try:
         control = [await catch_up(store, tracker)]
-        spans = [0]
         since = (tracker.oldest_active_start() or time.time()) - 1.0
+        spans = [await catch_up_spans(store, tracker, since)]  # no check may run on an empty view of the spans
         log.info("coordinator caught up at control seq %d; %d rollouts unfinished", control[0], len(tracker.rollouts))
         bodies = {
             "control reader": lambda: follow_control(store, tracker, control),

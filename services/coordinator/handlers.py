@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.msg import Msg
 
-from voltbus.schemas.errors import VoltbusError
+from voltbus.schemas.errors import UnknownRollout, VoltbusError
 from voltbus.schemas.rollouts import RolloutCancelled
 from voltbus.services.eventlog import Envelope
 from voltbus.store import Store
@@ -45,12 +45,23 @@ async def catch_up(store: Store, tracker: Tracker) -> int:
 async def follow_control(store: Store, tracker: Tracker, position: list[int]) -> None:
     """Fold new control events as they arrive; a cancelled rollout's worker goes idle."""
     async for item in store.log.replay("control", from_seq=position[0] + 1, follow=True):
-        position[0] = item.seq
-        if not isinstance(item, Envelope) or (change := tracker.apply_control(item)) is None:
-            continue
-        before, after = change
-        if isinstance(item.event, RolloutCancelled) and before.latest and before.latest.worker_id:
-            await store._sync_worker(before.latest.worker_id, after)
+        change = tracker.apply_control(item) if isinstance(item, Envelope) else None
+        if change is not None and isinstance(item.event, RolloutCancelled):  # type: ignore[union-attr]
+            before, after = change
+            if before.latest and before.latest.worker_id:
+                await store._sync_worker(before.latest.worker_id, after)
+        position[0] = item.seq  # only once its effects are done: a restart redoes an unfinished one
+
+
+async def catch_up_spans(store: Store, tracker: Tracker, since: float) -> int:
+    """Read the signs of life stored since ``since`` before any check runs; return the last sequence read."""
+    end = (await store.log.js.stream_info(store.topology.spans_stream)).state.last_seq
+    first = await store.log.first_seq_at("spans", since)
+    if first is not None and first <= end:
+        async for item in store.log.replay("spans", from_seq=first, to_seq=end):
+            if isinstance(item, Envelope):
+                tracker.apply_span(item)
+    return end
 
 
 async def follow_spans(store: Store, tracker: Tracker, position: list[int], since: float) -> None:
@@ -89,9 +100,14 @@ async def park(store: Store, msg: Msg) -> None:
     seq, deliveries = int(advisory["stream_seq"]), advisory.get("deliveries")
     stored = await store.log.js.get_msg(store.topology.control_stream, seq=seq)
     rollout_id = (stored.subject or "").split(".")[2]
+    dispatch_event_id = (stored.headers or {}).get("Nats-Msg-Id")
     reason = f"dispatch message {seq} was delivered {deliveries} times without a successful claim"
-    state = await store.park_rollout(rollout_id, reason)
-    log.warning("parked rollout_id=%s: %s (now %s)", rollout_id, reason, state.status)
+    try:
+        state = await store.park_rollout(rollout_id, reason, dispatch_event_id)
+    except UnknownRollout:  # nothing readable to park: record why, and do not retry the advisory forever
+        log.error("dead letter %d on %s names no readable rollout; dropped from the queue", seq, stored.subject)
+    else:
+        log.warning("dead letter rollout_id=%s: %s (rollout now %s)", rollout_id, reason, state.status)
     await msg.ack()
 
 

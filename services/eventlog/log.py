@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import logging
 import weakref
@@ -10,13 +11,14 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Generic, Literal, Protocol, TypeVar
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client
-from nats.js.api import Header
+from nats.js.api import ConsumerConfig, DeliverPolicy, Header
 from nats.js.errors import NotFoundError
 
 from voltbus.schemas import codec
 from voltbus.schemas.codec import AnyEvent
-from voltbus.schemas.errors import ConcurrencyConflict
+from voltbus.schemas.errors import ConcurrencyConflict, PublishFailed
 from voltbus.schemas.subjects import Topology, aggregate_of, subject_for
 
 from ..settings import NatsSettings
@@ -132,9 +134,11 @@ class EventLog:
     async def next_sequence(self, rollout_id: str, count: int = 1) -> int:
         """Advance a rollout's span sequence counter by ``count``; return its new value (atomic)."""
         subject = self.topology.counter(rollout_id)
-        ack = await self.js.publish(
-            subject, b"", timeout=self.settings.request_timeout_s, headers={Header.INCR: str(count)}
-        )
+        headers = {Header.INCR: str(count)}
+        try:
+            ack = await self.js.publish(subject, b"", timeout=self.settings.request_timeout_s, headers=headers)
+        except (TimeoutError, nats.errors.Error) as exc:  # overshooting on a retry only leaves a gap in the ids
+            raise PublishFailed([subject], f"span counter not advanced: {exc or type(exc).__name__}") from None
         return int(ack.val or 0)
 
     async def raise_sequence(self, rollout_id: str, at_least: int) -> int:
@@ -194,6 +198,31 @@ class EventLog:
                 state = decider.evolve(state, event)
             return Transacted(events=list(events), state=state, seq=ack.seq)
         raise ConcurrencyConflict(self.topology.rollout_any(rollout_id), last, await self.head(rollout_id))
+
+    async def first_seq_at(self, stream: StreamName, at: float) -> int | None:
+        """Sequence of the first message of ``stream`` stored at or after time ``at`` (None: none)."""
+        name = self.topology.control_stream if stream == "control" else self.topology.spans_stream
+        end = (await self.js.stream_info(name)).state.last_seq
+        if end == 0:
+            return None
+        last = await self.js.get_msg(name, seq=end, direct=True)
+        if last.time is not None and last.time.timestamp() < at:
+            return None  # nothing that recent: no need to ask a consumer
+        start = ConsumerConfig(opt_start_time=dt.datetime.fromtimestamp(at, dt.UTC))
+        sub = await self.js.subscribe(
+            f"{self.topology.namespace}.>",
+            stream=name,
+            ordered_consumer=True,
+            deliver_policy=DeliverPolicy.BY_START_TIME,
+            config=start,
+        )
+        try:
+            msg = await sub.next_msg(timeout=self.settings.request_timeout_s)
+            return msg.metadata.sequence.stream
+        except TimeoutError:
+            return None
+        finally:
+            await sub.unsubscribe()
 
     def feed(self, stream: StreamName = "control") -> Feed:
         """A batch reader of a stream for projectors (open it at a sequence, then take batches)."""

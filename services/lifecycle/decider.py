@@ -182,7 +182,7 @@ def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
                 )
             ]
         case ParkRollout():
-            if is_terminal(state):
+            if is_terminal(state) or _stale_dispatch(state, cmd.dispatch_event_id):
                 return []
             return [RolloutFailed(event_id=_id(cmd, "parked"), rollout_id=cmd.rollout_id, reason=cmd.reason, at=cmd.at)]
         case UpdateRollout():
@@ -195,6 +195,13 @@ def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
             updated = AttemptUpdated(event_id=_id(cmd, "updated"), rollout_id=cmd.rollout_id, at=cmd.at, **fields)
             return _changing(state, updated)
     raise TypeError(f"not a rollout command: {cmd!r}")
+
+
+def _stale_dispatch(state: RolloutState, dispatch_event_id: str | None) -> bool:
+    """A dead dispatch message that is no longer the rollout's queue entry (it was claimed meanwhile)."""
+    return dispatch_event_id is not None and (
+        state.status not in QUEUED_ROLLOUT or state.dispatch_event_id != dispatch_event_id
+    )
 
 
 def _finish(cmd: FinishAttempt, state: RolloutState, attempt: AttemptState) -> list[RolloutEvent]:

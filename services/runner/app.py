@@ -15,7 +15,6 @@ from voltbus.agent.instrument import instrument_openai, uninstrument_openai
 from voltbus.agent.litagent import LitAgent
 from voltbus.agent.otel import LogTracer
 from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
-from voltbus.schemas.errors import VoltbusError
 from voltbus.services.settings import Settings
 from voltbus.store import AttemptedRollout, Rollout, Store, connect
 
@@ -94,7 +93,7 @@ class Runner:
         while True:
             try:
                 await self.tracer.flush()
-            except VoltbusError as exc:
+            except Exception as exc:  # keep flushing: the spans stay queued and are retried
                 log.warning("span flush failed (will retry): %s", exc)
             await asyncio.sleep(every)  # the flush period, not synchronization
 

@@ -82,24 +82,27 @@ async def run_rollout(
     spans: list[Any] = []
     raised: BaseException | None = None
     timed_out = False
+    limit: asyncio.Timeout | None = None
     try:
         resources = await resources_for(store, rollout)
         await store.update_attempt(rid, aid, status="running")
         await fire(hooks, "on_rollout_start", agent=agent, runner=runner, rollout=rollout)
         with tracer.attempt(rid, aid):
             await fire(hooks, "on_trace_start", agent=agent, runner=runner, tracer=tracer, rollout=rollout)
-            async with asyncio.timeout(rollout.config.timeout_seconds):  # None: no limit
+            async with asyncio.timeout(rollout.config.timeout_seconds) as limit:  # None: no limit
                 result = await call_agent(agent, rollout, resources)
             await fire(hooks, "on_trace_end", agent=agent, runner=runner, tracer=tracer, rollout=rollout)
             spans = await record_result(store, rollout, result)
     except asyncio.CancelledError as exc:
         error, raised = ErrorInfo(type="Cancelled", message="the runner stopped during the rollout"), exc
-    except TimeoutError as exc:  # the agent ran past timeout_seconds (a sync agent's thread cannot be stopped:
-        timed_out, raised = True, exc  # use --isolate for those)
-        log.warning("rollout_id=%s attempt_id=%s: timed out after %ss", rid, aid, rollout.config.timeout_seconds)
     except Exception as exc:
-        log.warning("rollout_id=%s attempt_id=%s failed: %s: %s", rid, aid, type(exc).__name__, exc)
-        error, raised = error_info(exc), exc
+        if isinstance(exc, TimeoutError) and limit is not None and limit.expired():
+            # the agent ran past timeout_seconds (a sync agent's thread cannot be stopped: use --isolate)
+            timed_out, raised = True, exc
+            log.warning("rollout_id=%s attempt_id=%s: timed out after %ss", rid, aid, rollout.config.timeout_seconds)
+        else:
+            log.warning("rollout_id=%s attempt_id=%s failed: %s: %s", rid, aid, type(exc).__name__, exc)
+            error, raised = error_info(exc), exc
     finally:
         await fire(hooks, "on_rollout_end", agent=agent, runner=runner, rollout=rollout, spans=spans)
         if timed_out:
@@ -115,7 +118,7 @@ async def run_rollout(
 async def _finish(store: Store, tracer: LogTracer, rid: str, aid: str, error: ErrorInfo | None) -> ErrorInfo | None:
     try:
         await tracer.flush(rid)
-    except VoltbusError as exc:  # never dropped silently: the attempt fails and says why
+    except Exception as exc:  # never dropped silently: the attempt fails and says why
         error = error or ErrorInfo(
             type="SpansNotPublished", message=f"spans of this attempt could not be stored: {exc}"
         )

@@ -25,7 +25,14 @@ from voltbus.schemas.commands import (
     UpdateAttempt,
     UpdateRollout,
 )
-from voltbus.schemas.errors import ConcurrencyConflict, DecodeError, IllegalTransition, InvalidCommand, UnknownAttempt
+from voltbus.schemas.errors import (
+    ConcurrencyConflict,
+    DecodeError,
+    IllegalTransition,
+    InvalidCommand,
+    UnknownAttempt,
+    VoltbusError,
+)
 from voltbus.schemas.rollouts import DISPATCHABLE, ErrorInfo, RolloutConfig
 from voltbus.schemas.spans import AttemptHeartbeatSent
 from voltbus.services.lifecycle import RolloutState, decider
@@ -146,7 +153,13 @@ class RolloutMethods(StoreBase):
             if not msgs:
                 break
             for msg in msgs:
-                if (state := await self._claim(msg, worker_id)) is not None:
+                try:
+                    state = await self._claim(msg, worker_id)
+                except (VoltbusError, TimeoutError) as exc:  # keep the claims already made; redeliver this one
+                    log.warning("claim of %s failed: %s", msg.subject, exc)
+                    await msg.nak(delay=1)
+                    continue
+                if state is not None:
                     claimed.append(rollout_view(state))  # type: ignore[arg-type]
                     latest = state
         await self._sync_worker(worker_id, latest, dequeued=True)
@@ -307,10 +320,12 @@ class RolloutMethods(StoreBase):
             await self._sync_worker(attempt.worker_id, result.state)
         return result.state
 
-    async def park_rollout(self, rollout_id: str, reason: str) -> RolloutState:
-        """voltbus addition (the coordinator's): fail a rollout that cannot be dispatched, with the reason."""
+    async def park_rollout(self, rollout_id: str, reason: str, dispatch_event_id: str | None = None) -> RolloutState:
+        """voltbus addition (the coordinator's): fail a rollout that cannot be dispatched, with the reason;
+        with ``dispatch_event_id``, only while that message is still the rollout's queue entry."""
         before = await self._state(rollout_id)
-        return await self._end_rollout(before, ParkRollout(rollout_id=rollout_id, reason=reason, at=self.clock()))
+        cmd = ParkRollout(rollout_id=rollout_id, reason=reason, dispatch_event_id=dispatch_event_id, at=self.clock())
+        return await self._end_rollout(before, cmd)
 
     async def cancel_rollout(self, rollout_id: str, reason: str = "") -> Rollout:
         """voltbus addition: cancel a rollout, ending its running attempt."""

@@ -525,6 +525,12 @@ def test_park_of_a_finished_rollout_is_a_no_op(ending: RolloutEvent) -> None:
     assert decide(park(), fold([queued(), ending])) == []
 
 
+def test_park_by_a_dead_dispatch_message_that_was_claimed_meanwhile_is_a_no_op() -> None:
+    stale = ParkRollout(rollout_id=R, reason="max deliveries", dispatch_event_id="ev-queued", at=T3)
+    assert decide(stale, fold([queued(), claimed()])) == []  # the claim went through: the rollout runs on
+    assert decide(stale, fold([queued()])) != []  # still that message's queue entry: parked
+
+
 # UpdateRollout and UpdateAttempt.
 
 

@@ -153,3 +153,8 @@ def returns_otel_spans(task: Any, prompt_template: agl.PromptTemplate) -> list:
     with provider.get_tracer("user").start_as_current_span("user.work") as span:
         span.set_attribute("n", 3)
     return list(exporter.get_finished_spans())
+
+
+@agl.rollout
+async def raises_its_own_timeout(task: Any, prompt_template: agl.PromptTemplate) -> float:
+    raise TimeoutError("the agent's own HTTP call timed out")

@@ -201,3 +201,14 @@ async def test_returned_span_lists_are_recorded(
     assert done.status == "succeeded"
     spans, _ = await telemetry(store, rollout.rollout_id)
     assert [s.name for s in spans] == [name] and spans[0].attempt_id == done.attempt.attempt_id
+
+
+async def test_an_agents_own_timeout_error_is_a_failure_not_an_expiry(
+    store: Store, nats_settings: NatsSettings
+) -> None:
+    rollout = await store.enqueue_rollout("x", config=RolloutConfig(timeout_seconds=30))
+    [done] = await run_until_done(
+        runner_settings(nats_settings), f"{AGENTS}:raises_its_own_timeout", store, [rollout.rollout_id]
+    )
+    assert done.attempt.status == "failed" and done.attempt.error["type"] == "TimeoutError"
+    assert "own HTTP call" in done.attempt.error["message"]

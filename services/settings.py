@@ -117,6 +117,9 @@ class RunnerSettings(BaseModel):
     """Run each rollout in its own process, killed (whole process group) at the rollout's timeout."""
     shutdown_grace_s: float = 30.0
     """On SIGTERM, how long running rollouts may finish before they are ended as failed."""
+    gateway_url: str | None = None
+    """The gateway's base URL; with ``isolate``, each rollout's process gets Agent Lightning 1.0's
+    ``AGL_OPENAI_BASE_URL`` / ``AGL_EVENT_URL`` / ``AGL_KEY`` pointing at it for that attempt."""
 
 
 class GatewaySettings(BaseModel):

@@ -20,7 +20,7 @@ from voltbus.store import AttemptedRollout, Rollout, Store, connect
 
 from .execute import run_rollout
 from .heartbeat import Heartbeat
-from .isolate import run_isolated
+from .isolate import agl_environment, run_isolated
 from .loader import load_agent
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,9 @@ class Runner:
         self.heartbeat.active[worker_id] = (rollout.rollout_id, rollout.attempt.attempt_id)
         try:
             if self.settings.runner.isolate and self.agent_path:
-                await run_isolated(self.store, self.settings.nats, self.agent_path, rollout)
+                gateway = self.settings.runner.gateway_url
+                env = agl_environment(gateway, rollout, self.settings.gateway.agent_key) if gateway else None
+                await run_isolated(self.store, self.settings.nats, self.agent_path, rollout, env)
             else:
                 await run_rollout(self.store, self.tracer, self.agent, rollout, self.hooks, self, raise_errors)
         finally:

@@ -38,12 +38,37 @@ def _exit_reason(code: int) -> str:
     return f"the agent process exited with code {code} without ending its attempt"
 
 
-async def run_isolated(store: Store, nats: NatsSettings, agent: str, rollout: AttemptedRollout) -> None:
-    """Run one rollout in a child process; kill its process group at the rollout's timeout."""
+def agl_environment(gateway_url: str, rollout: AttemptedRollout, key: str | None) -> dict[str, str]:
+    """Agent Lightning 1.0's agent variables for one attempt, pointing at the gateway.
+
+    >>> from voltbus.store import Attempt, AttemptedRollout
+    >>> r = AttemptedRollout(rollout_id="ro-1", input=None, start_time=0, mode="val",
+    ...     attempt=Attempt(rollout_id="ro-1", attempt_id="at-1", sequence_id=1, start_time=0))
+    >>> agl_environment("http://gw:8766/", r, None)["AGL_OPENAI_BASE_URL"]
+    'http://gw:8766/proxy/rollout/ro-1/attempt/at-1/mode/val/openai/v1'
+    """
+    base, rid, aid = gateway_url.rstrip("/"), rollout.rollout_id, rollout.attempt.attempt_id
+    mode = "train" if rollout.mode == "train" else "val"
+    return {
+        "AGL_OPENAI_BASE_URL": f"{base}/proxy/rollout/{rid}/attempt/{aid}/mode/{mode}/openai/v1",
+        "AGL_EVENT_URL": f"{base}/api/rollouts/{rid}/attempt/{aid}/events",
+        "AGL_KEY": key or "",
+    }
+
+
+async def run_isolated(
+    store: Store, nats: NatsSettings, agent: str, rollout: AttemptedRollout, env: dict[str, str] | None = None
+) -> None:
+    """Run one rollout in a child process (with ``env`` added); kill its process group at the rollout's timeout."""
     rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
     job = msgspec.json.encode(ChildJob(agent=agent, nats=nats.model_dump(mode="json"), rollout=rollout))
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "voltbus.services.runner.child", stdin=asyncio.subprocess.PIPE, start_new_session=True
+        sys.executable,
+        "-m",
+        "voltbus.services.runner.child",
+        stdin=asyncio.subprocess.PIPE,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
     )
     try:
         await asyncio.wait_for(proc.communicate(job), timeout=rollout.config.timeout_seconds)

@@ -158,3 +158,17 @@ def returns_otel_spans(task: Any, prompt_template: agl.PromptTemplate) -> list:
 @agl.rollout
 async def raises_its_own_timeout(task: Any, prompt_template: agl.PromptTemplate) -> float:
     raise TimeoutError("the agent's own HTTP call timed out")
+
+
+@agl.rollout
+def agl_env_agent(task: dict[str, Any], prompt_template: agl.PromptTemplate) -> None:
+    """An Agent Lightning 1.0-style agent: it knows nothing but the three AGL_* variables."""
+    import httpx
+    import openai
+
+    key = os.environ["AGL_KEY"] or "none"
+    client = openai.OpenAI(base_url=os.environ["AGL_OPENAI_BASE_URL"], api_key=key)
+    reply = client.chat.completions.create(model="any", messages=[{"role": "user", "content": task["question"]}])
+    reward = 1.0 if reply.choices[0].message.content == str(task["answer"]) else 0.0
+    event = {"event_type": "reward", "data": {"value": reward}}
+    httpx.post(os.environ["AGL_EVENT_URL"], json=event, headers={"Authorization": f"Bearer {key}"}).raise_for_status()

@@ -1,0 +1,38 @@
+"""An Agent Lightning 1.0-style agent, using only AGL_OPENAI_BASE_URL / AGL_EVENT_URL / AGL_KEY, runs
+unchanged: an isolated runner gives each rollout's process those variables pointing at the gateway."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+from voltbus.schemas.spans import ModelCalled, RewardReported
+from voltbus.services.eventlog import Envelope
+from voltbus.services.gateway import build_app
+from voltbus.services.settings import GatewaySettings, NatsSettings, RunnerSettings, Settings
+from voltbus.store import Store
+
+from ..gateway.stub_llm import StubControl, serve, stub_app
+from .test_runner import AGENTS, run_until_done
+
+
+async def test_agent_lightning_1_0_agent_runs_through_the_gateway(store: Store, nats_settings: NatsSettings) -> None:
+    async with AsyncExitStack() as stack:
+        engine = await stack.enter_async_context(serve(stub_app(StubControl())))
+        gateway_settings = GatewaySettings(upstream_url=f"{engine}/v1")
+        gateway = await stack.enter_async_context(
+            serve(build_app(Settings(nats=nats_settings, gateway=gateway_settings)), "on")
+        )
+        rollout = await store.enqueue_rollout({"question": "6*7", "answer": 42}, mode="train")  # the stub says 42
+        settings = Settings(
+            nats=nats_settings,
+            gateway=gateway_settings,
+            runner=RunnerSettings(isolate=True, gateway_url=gateway, claim_wait_s=0.2, heartbeat_s=0.2),
+        )
+        [done] = await run_until_done(settings, f"{AGENTS}:agl_env_agent", store, [rollout.rollout_id], timeout=60)
+    assert done.status == "succeeded", done.attempt.error
+    events = [e.event async for e in store.log.replay("spans") if isinstance(e, Envelope)]
+    calls = [e for e in events if isinstance(e, ModelCalled)]
+    rewards = [e for e in events if isinstance(e, RewardReported)]
+    assert [(c.rollout_id, c.attempt_id) for c in calls] == [(rollout.rollout_id, done.attempt.attempt_id)]
+    assert calls[0].response_ids and calls[0].status == "ok"
+    assert [(r.attempt_id, r.value) for r in rewards] == [(done.attempt.attempt_id, 1.0)]

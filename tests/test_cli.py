@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
 from voltbus.schemas.catalog import json_schemas
 
 VOLTBUS = [sys.executable, "-c", "from voltbus.cli import main; main()"]
@@ -26,12 +27,6 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     errors = [line for line in result.stderr.splitlines() if line.startswith("voltbus: error:")]
     assert len(errors) == 1, result.stderr
     return errors[0]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_nats_refuses_a_port_in_use(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from nats.aio.msg import Msg
 
 from voltbus.schemas.errors import UnknownRollout, VoltbusError
-from voltbus.schemas.rollouts import RolloutCancelled
 from voltbus.services.eventlog import Envelope
 from voltbus.store import Store
 
@@ -43,14 +42,11 @@ async def catch_up(store: Store, tracker: Tracker) -> int:
 
 
 async def follow_control(store: Store, tracker: Tracker, position: list[int]) -> None:
-    """Fold new control events as they arrive; a cancelled rollout's worker goes idle."""
+    """Fold new control events as they arrive (the writer of a cancel frees its worker, not the coordinator)."""
     async for item in store.log.replay("control", from_seq=position[0] + 1, follow=True):
-        change = tracker.apply_control(item) if isinstance(item, Envelope) else None
-        if change is not None and isinstance(item.event, RolloutCancelled):  # type: ignore[union-attr]
-            before, after = change
-            if before.latest and before.latest.worker_id:
-                await store._sync_worker(before.latest.worker_id, after)
-        position[0] = item.seq  # only once its effects are done: a restart redoes an unfinished one
+        if isinstance(item, Envelope):
+            tracker.apply_control(item)
+        position[0] = item.seq
 
 
 async def catch_up_spans(store: Store, tracker: Tracker, since: float) -> int:

@@ -88,7 +88,7 @@ class Writer:
                 if exc.err_code in (WRONG_LAST_SEQUENCE, BATCH_DUPLICATE_ID) and expect is not None:
                     return await self.resolve(messages, expect)
                 if exc.err_code == BATCH_DUPLICATE_ID:
-                    return Appended(seq=await self._seq_of(messages[-1]), already_applied=True)
+                    return Appended(seq=await self.head(messages[-1].subject), already_applied=True)
                 raise PublishFailed([m.event_id for m in messages], _describe(exc)) from None
         raise PublishFailed([m.event_id for m in messages], f"no acknowledgement after {self.retries + 1} tries")
 
@@ -142,9 +142,6 @@ class Writer:
         except NotFoundError:
             return 0
         return msg.seq
-
-    async def _seq_of(self, m: Message) -> int:
-        return await self.head(m.subject)
 
     async def append_many(
         self, items: Sequence[tuple[Message, Expectation | None]]

@@ -8,7 +8,6 @@ import asyncio
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,15 +22,10 @@ from voltbus.schemas.rollouts import AttemptClaimed, RolloutQueued
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store
 
+from ..conftest import free_port
 from .conftest import dump
 from .test_projector import build
 from .workload import telemetry
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def write_chunk(store: Store, chunk: int) -> None:

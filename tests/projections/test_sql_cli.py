@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,15 +17,10 @@ from voltbus.services.projector.app import run
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import Store
 
+from ..conftest import free_port
 from .workload import write
 
 VOLTBUS = [sys.executable, "-c", "from voltbus.cli import main; main()"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,6 @@ and read-your-writes (a query sees what this client just wrote)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,11 +15,7 @@ from voltbus.services.projector.app import run
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import EnqueueRolloutRequest, Span, Store, connect
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ..conftest import free_port
 
 
 @pytest.fixture

@@ -74,7 +74,6 @@ class LogTracer:
         self.provider.add_span_processor(self.collector)
         self.otel = self.provider.get_tracer(name)
         self.pending: dict[str, list[tuple[str, ReadableSpan]]] = {}
-        self.failed_flushes = 0
         self._flushing: asyncio.Lock | None = None
 
     @contextlib.contextmanager
@@ -134,7 +133,6 @@ class LogTracer:
             try:
                 await self.store.log.publish_spans(events_of(records))
             except VoltbusError:
-                self.failed_flushes += 1
                 log.error("rollout_id=%s: %d spans not published yet; they stay queued", rid, len(spans))
                 raise
             self.pending.pop(rid, None)

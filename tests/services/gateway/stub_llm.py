@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -19,6 +18,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from ...conftest import free_port
 
 PROMPT_IDS = [101, 102, 103]
 TOKENS = [("4", 52, -0.125), ("2", 50, -0.25)]
@@ -153,13 +154,6 @@ def stub_app(control: StubControl) -> Starlette:
             Route("/v1/models", models),
         ]
     )
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @asynccontextmanager

@@ -75,6 +75,14 @@ def telemetry_row(env: Envelope) -> tuple[str, Row] | None:
                 "status": e.status,
                 "error": e.error,
                 "recorded_at": e.at,
+                "finish_reason": e.finish_reason,
+                "http_status": e.http_status,
+                "upstream": e.upstream,
+                "retries": e.retries,
+                "rewritten": e.rewritten,
+                "streamed": e.streamed,
+                "mode": e.mode,
+                "choices": json_text(e.choices),
             }
         case RewardReported():
             return "RewardReported", {

@@ -37,7 +37,15 @@ CREATE TABLE IF NOT EXISTS model_calls (
     total_tokens INTEGER,
     status VARCHAR,
     error VARCHAR,
-    recorded_at DOUBLE
+    recorded_at DOUBLE,
+    finish_reason VARCHAR,
+    http_status INTEGER,
+    upstream VARCHAR,
+    retries INTEGER,
+    rewritten VARCHAR[],
+    streamed BOOLEAN,
+    mode VARCHAR,
+    choices JSON
 );
 CREATE TABLE IF NOT EXISTS rewards (
     seq BIGINT NOT NULL,

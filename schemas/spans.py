@@ -84,6 +84,19 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
     """Prompt plus completion tokens."""
 
 
+class SampledChoice(msgspec.Struct, frozen=True, kw_only=True):
+    """One choice of a multi-choice response (``n`` > 1): what the engine sampled for it."""
+
+    index: Annotated[int, msgspec.Meta(ge=0)]
+    """The choice's index in the response."""
+    response_ids: list[int] = []
+    """Token ids sampled for this choice."""
+    logprobs: list[float] = []
+    """Log-probability of each sampled token; aligned with ``response_ids``."""
+    finish_reason: str | None = None
+    """Why the engine stopped this choice."""
+
+
 class ModelCalled(Event, frozen=True, kw_only=True):
     """The gateway served one model call of an attempt, with the exact tokens and logprobs sampled."""
 
@@ -129,6 +142,11 @@ class ModelCalled(Event, frozen=True, kw_only=True):
     """Request fields the gateway set or changed before forwarding, e.g. ``logprobs``."""
     streamed: bool = False
     """Whether the call was streamed (``response`` is then assembled from the chunks)."""
+    choices: list[SampledChoice] = []
+    """Every choice's token ids and logprobs when the response has more than one choice (``n`` > 1);
+    empty for a single choice, which the fields above describe. ``choices[0]`` equals those fields."""
+    mode: str | None = None
+    """The rollout mode the call was served in (``train``, ``val``, ``test``), when known."""
 
 
 class RewardReported(Event, frozen=True, kw_only=True):

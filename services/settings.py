@@ -163,6 +163,15 @@ class GatewaySettings(BaseModel):
     """Default ``Retry-After`` seconds answered while paused."""
     record_unattributed: bool = True
     """Record calls that name no rollout under rollout and attempt id ``unattributed``."""
+    model_name: str | None = None
+    """Model name sent to the engine on attributed calls, whatever the agent asked for (Agent
+    Lightning 1.0's ``default_proxy.model_name``; agents may then send ``model="auto"``); None: the agent's."""
+    train_temperature: float | None = Field(default=1.0, ge=0)
+    """Temperature forced on calls of ``train`` rollouts: 1.0 by default, so the recorded logprobs are
+    those of the distribution the learner trains (ratios against other temperatures are biased); None: the agent's."""
+    val_temperature: float | None = Field(default=None, ge=0)
+    """Temperature forced on calls of ``val`` and ``test`` rollouts; None (the default): the agent's own,
+    so a greedy validation stays greedy (Agent Lightning forces 0.7)."""
 
     @field_validator("upstream_urls", mode="before")
     @classmethod

@@ -3,7 +3,8 @@
 A call naming a rollout or attempt the log does not know is refused with 404 before anything is
 proxied. A call naming none is proxied and, when ``record_unattributed`` is on, recorded under
 rollout and attempt id ``unattributed`` (so nothing the engine sampled goes unseen). Known pairs
-are cached: attempts are never deleted from the log.
+are cached: attempts are never deleted from the log. A call's mode is the path's
+(``/mode/{train|val}/``) or else the rollout's own (``train``, ``val``, ``test``).
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ class Attribution:
 
     def __init__(self, store: Store, cache_size: int = 100_000) -> None:
         self.store = store
-        self.known: set[tuple[str, str]] = set()
+        self.known: dict[tuple[str, str], str | None] = {}
         self.cache_size = cache_size
 
-    async def resolve(self, request: Request) -> tuple[str, str]:
-        """The call's (rollout id, attempt id); raises 404 GatewayError for unknown ones."""
+    async def resolve(self, request: Request) -> tuple[str, str, str | None]:
+        """The call's (rollout id, attempt id, mode); raises 404 GatewayError for unknown ones."""
         params = request.path_params
         mode = params.get("mode")
         if mode is not None and mode not in MODES:
@@ -40,14 +41,16 @@ class Attribution:
         if not rid:
             if aid:
                 raise GatewayError(400, "invalid_request", f"{ATTEMPT_HEADER} given without {ROLLOUT_HEADER}")
-            return UNATTRIBUTED, UNATTRIBUTED
+            return UNATTRIBUTED, UNATTRIBUTED, mode
         if aid and (rid, aid) in self.known:
-            return rid, aid
-        return await self._check(rid, aid)
+            return rid, aid, mode or self.known[(rid, aid)]
+        rid, aid, own = await self._check(rid, aid)
+        return rid, aid, mode or own
 
-    async def _check(self, rid: str, aid: str | None) -> tuple[str, str]:
+    async def _check(self, rid: str, aid: str | None) -> tuple[str, str, str | None]:
         try:
             attempts = await self.store.get_attempts(rid)
+            rollout = await self.store.get_rollout_by_id(rid)
         except UnknownRollout:
             raise GatewayError(404, "unknown_rollout", f"unknown rollout {rid!r}", rollout_id=rid) from None
         ids = [a.attempt_id for a in attempts]
@@ -59,5 +62,6 @@ class Attribution:
             raise GatewayError(404, "unknown_attempt", f"rollout {rid!r} has no attempt {aid!r}", rollout_id=rid)
         if len(self.known) >= self.cache_size:
             self.known.clear()
-        self.known.add((rid, aid))
-        return rid, aid
+        mode = rollout.mode if rollout is not None else None
+        self.known[(rid, aid)] = mode
+        return rid, aid, mode

@@ -67,7 +67,7 @@ async def post_event(request: Request) -> Response:
     gw = gateway_of(request)
     try:
         require_agent(request, gw.settings)
-        rid, aid = await gw.attribution.resolve(request)
+        rid, aid, _ = await gw.attribution.resolve(request)
         body = await read_json(request, gw.settings.max_body_bytes)
         kind = str(body.get("event_type") or body.get("type") or "")
         if not kind:

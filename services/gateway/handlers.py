@@ -17,6 +17,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from voltbus.services.settings import GatewaySettings
+
+from .attribution import UNATTRIBUTED
 from .auth import require_agent
 from .errors import GatewayError, error_response
 from .record import Call, model_called
@@ -34,11 +37,20 @@ async def begin(request: Request, kind: Kind) -> tuple[Gateway, Call]:
     require_agent(request, gw.settings)
     if gw.pause.paused:
         raise GatewayError(429, "gateway_paused", "gateway paused")
-    rid, aid = await gw.attribution.resolve(request)
+    rid, aid, mode = await gw.attribution.resolve(request)
     body = await read_json(request, gw.settings.max_body_bytes)
-    forwarded, rewritten = rewrite_body(body, kind)
-    call = Call(rid, aid, kind, forwarded, rewritten, "", streamed=bool(body.get("stream")))
+    attributed = rid != UNATTRIBUTED
+    model = gw.settings.model_name if attributed else None
+    forwarded, rewritten = rewrite_body(body, kind, model=model, temperature=mode_temperature(gw.settings, mode))
+    call = Call(rid, aid, kind, forwarded, rewritten, "", streamed=bool(body.get("stream")), mode=mode)
     return gw, call
+
+
+def mode_temperature(settings: GatewaySettings, mode: str | None) -> float | None:
+    """The temperature forced for a call of ``mode``; None leaves the agent's."""
+    if mode == "train":
+        return settings.train_temperature
+    return settings.val_temperature if mode in ("val", "test") else None
 
 
 async def finish(gw: Gateway, call: Call) -> Response:

@@ -26,6 +26,7 @@ class Call:
     rewritten: list[str]
     upstream: str
     streamed: bool = False
+    mode: str | None = None
     call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     at: float = field(default_factory=time.time)
     started: float = field(default_factory=time.monotonic)
@@ -78,4 +79,6 @@ def model_called(
         retries=retries,
         rewritten=call.rewritten,
         streamed=call.streamed,
+        choices=sampled.choices,
+        mode=call.mode,
     )

@@ -12,12 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from voltbus.schemas import SampledChoice
+
 Kind = Literal["chat", "completions"]
 """Which OpenAI API a call uses."""
 
 
-def rewrite_body(body: dict[str, Any], kind: Kind) -> tuple[dict[str, Any], list[str]]:
+def rewrite_body(
+    body: dict[str, Any], kind: Kind, *, model: str | None = None, temperature: float | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """The body to forward and the names of the fields set or changed (a shallow copy; input untouched).
+
+    ``model`` and ``temperature``, when given, replace the agent's (the served model name, and the
+    temperature of the call's mode); every other field passes through.
 
     >>> rewrite_body({"model": "m", "logprobs": True}, "chat")
     ({'model': 'm', 'logprobs': True, 'return_token_ids': True}, ['return_token_ids'])
@@ -25,9 +32,15 @@ def rewrite_body(body: dict[str, Any], kind: Kind) -> tuple[dict[str, Any], list
     ['return_token_ids']
     >>> rewrite_body({"model": "m"}, "completions")
     ({'model': 'm', 'logprobs': 0, 'return_token_ids': True}, ['logprobs', 'return_token_ids'])
+    >>> rewrite_body({"model": "auto", "temperature": 0.1, "n": 2}, "chat", model="tiny", temperature=1.0)[1]
+    ['model', 'temperature', 'logprobs', 'return_token_ids']
     """
     out = dict(body)
     changed: list[str] = []
+    for key, value in (("model", model), ("temperature", temperature)):
+        if value is not None and out.get(key) != value:
+            out[key] = value
+            changed.append(key)
     if kind == "chat":
         if out.get("logprobs") is not True:
             out["logprobs"] = True
@@ -65,7 +78,8 @@ def choice_logprobs(choice: dict[str, Any]) -> list[float]:
 
 @dataclass(frozen=True)
 class Sampled:
-    """What a response says was sampled (first choice; the full response is recorded as well)."""
+    """What a response says was sampled: the first choice, and every choice when there are several
+    (the full response is recorded as well)."""
 
     model: str | None = None
     prompt_ids: list[int] = field(default_factory=list)
@@ -74,6 +88,7 @@ class Sampled:
     usage: dict[str, int] = field(default_factory=dict)
     finish_reason: str | None = None
     resources_id: str | None = None
+    choices: list[SampledChoice] = field(default_factory=list)
 
 
 def read_response(body: Any) -> Sampled:
@@ -86,8 +101,9 @@ def read_response(body: Any) -> Sampled:
     """
     if not isinstance(body, dict):
         return Sampled()
-    choices = body.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    raw = body.get("choices")
+    listed = [c for c in raw if isinstance(c, dict)] if isinstance(raw, list) else []
+    choice = listed[0] if listed else {}
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
     resources = body.get("resources_id", body.get("weight_version"))
     return Sampled(
@@ -98,4 +114,16 @@ def read_response(body: Any) -> Sampled:
         usage={k: int(v) for k, v in (usage or {}).items() if isinstance(v, int) and not isinstance(v, bool)},
         finish_reason=choice.get("finish_reason"),
         resources_id=str(resources) if resources is not None else None,
+        choices=[_sampled_choice(c, i) for i, c in enumerate(listed)] if len(listed) > 1 else [],
+    )
+
+
+def _sampled_choice(choice: dict[str, Any], position: int) -> SampledChoice:
+    index = choice.get("index")
+    reason = choice.get("finish_reason")
+    return SampledChoice(
+        index=index if isinstance(index, int) and index >= 0 else position,
+        response_ids=_ints(choice.get("token_ids")),
+        logprobs=choice_logprobs(choice),
+        finish_reason=reason if isinstance(reason, str) else None,
     )

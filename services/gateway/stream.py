@@ -3,7 +3,7 @@
 The bytes are forwarded untouched; a copy is split into ``data:`` lines and folded into one
 response in the non-streamed shape (content or text, token ids, logprobs, finish reason, usage per
 choice), so the recorded call looks the same whether or not it was streamed. Tool-call deltas are
-kept as received (a list of deltas per choice), not merged.
+merged by their ``index`` into whole tool calls (id, type, function name, concatenated arguments).
 """
 
 from __future__ import annotations
@@ -20,9 +20,34 @@ class _Choice:
     text: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    tool_calls: list[Any] = field(default_factory=list)
+    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     finish_reason: str | None = None
     prompt_ids: list[int] = field(default_factory=list)
+
+
+def merge_tool_calls(calls: dict[int, dict[str, Any]], deltas: Any) -> None:
+    """Fold streamed tool-call deltas into whole calls keyed by index (arguments arrive in pieces).
+
+    >>> calls = {}
+    >>> merge_tool_calls(calls, [{"index": 0, "id": "c1", "type": "function",
+    ...     "function": {"name": "add", "arguments": '{"a": '}}])
+    >>> merge_tool_calls(calls, [{"index": 0, "function": {"arguments": "1}"}}])
+    >>> calls[0]
+    {'id': 'c1', 'type': 'function', 'function': {'name': 'add', 'arguments': '{"a": 1}'}}
+    """
+    for delta in deltas if isinstance(deltas, list) else []:
+        if not isinstance(delta, dict):
+            continue
+        index = delta.get("index") if isinstance(delta.get("index"), int) else len(calls)
+        call = calls.setdefault(index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        for key in ("id", "type"):
+            if delta.get(key):
+                call[key] = delta[key]
+        function = delta.get("function") if isinstance(delta.get("function"), dict) else {}
+        if function.get("name"):
+            call["function"]["name"] += function["name"]
+        if isinstance(function.get("arguments"), str):
+            call["function"]["arguments"] += function["arguments"]
 
 
 class StreamAssembler:
@@ -79,7 +104,7 @@ class StreamAssembler:
             if isinstance(text, str):
                 choice.text.append(text)
             if self.kind == "chat" and (delta or {}).get("tool_calls"):
-                choice.tool_calls.extend(delta["tool_calls"])
+                merge_tool_calls(choice.tool_calls, delta["tool_calls"])
             if isinstance(raw.get("token_ids"), list):
                 choice.token_ids.extend(int(t) for t in raw["token_ids"])
             if isinstance(raw.get("prompt_token_ids"), list):
@@ -96,7 +121,7 @@ class StreamAssembler:
             if self.kind == "chat":
                 out["message"] = {"role": "assistant", "content": "".join(c.text)}
                 if c.tool_calls:
-                    out["message"]["tool_calls"] = c.tool_calls
+                    out["message"]["tool_calls"] = [c.tool_calls[i] for i in sorted(c.tool_calls)]
                 out["logprobs"] = {"content": [{"logprob": x} for x in c.logprobs]}
             else:
                 out["text"] = "".join(c.text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import duckdb
@@ -48,6 +49,11 @@ async def test_live_projection_equals_a_full_rebuild(store: Store, tmp_path: Pat
     assert rebuilt == live_tables
     assert {r[1] for r in live_tables["rollouts"]} >= {"queuing", "preparing", "succeeded", "requeuing", "cancelled"}
     assert len(live_tables["spans"]) == len(live_tables["model_calls"]) == len(live_tables["rewards"]) == 30
+    with duckdb.connect(str(tmp_path / "rebuilt.duckdb"), read_only=True) as con:
+        query = "SELECT mode, rewritten, choices FROM model_calls WHERE choices::VARCHAR <> '[]' LIMIT 1"
+        [row] = con.sql(query).fetchall()
+    assert row[:2] == ("train", ["temperature"])
+    assert [c["index"] for c in json.loads(row[2])] == [0, 1]
     assert [q[:2] for q in live_tables["quarantine"]] == [("control", ends["control"])]
     assert dict((s, q) for s, q, _ in live_tables["checkpoints"]) == ends
 

@@ -7,7 +7,7 @@ import msgspec
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.resources import LLM, PromptTemplate
 from voltbus.schemas.rollouts import RolloutConfig
-from voltbus.schemas.spans import ModelCalled, RewardReported, SpanRecorded, SpanStatus, Usage
+from voltbus.schemas.spans import ModelCalled, RewardReported, SampledChoice, SpanRecorded, SpanStatus, Usage
 from voltbus.schemas.training import RunFinished, RunStarted, StepCompleted
 from voltbus.store import EnqueueRolloutRequest, Store
 
@@ -43,6 +43,9 @@ def telemetry(rollout_id: str, attempt_id: str, n: int) -> list[SpanRecorded | M
             latency_s=0.01,
             usage=Usage(prompt_tokens=3, completion_tokens=2, total_tokens=5),
             at=n,
+            mode="train",
+            rewritten=["temperature"],
+            choices=[SampledChoice(index=i, response_ids=[n, i], logprobs=[-0.5, -0.1]) for i in range(n % 2 * 2)],
         ),
         RewardReported(
             event_id=derive_id(rollout_id, attempt_id, "r", n),

@@ -38,13 +38,17 @@ class StubControl:
     received: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _choice(kind: str) -> dict[str, Any]:
+TOOL_PIECES = ['{"a": ', '40, "b": 2}']
+"""A streamed tool call's arguments arrive in these pieces (when the request offers ``tools``)."""
+
+
+def _choice(kind: str, index: int = 0) -> dict[str, Any]:
     text = "".join(t for t, _, _ in TOKENS)
-    ids = [i for _, i, _ in TOKENS]
+    ids = [i + index for _, i, _ in TOKENS]  # choice i samples different ids, so choices are told apart
     if kind == "chat":
         lp = {"content": [{"token": t, "logprob": p, "bytes": None, "top_logprobs": []} for t, _, p in TOKENS]}
         return {
-            "index": 0,
+            "index": index,
             "finish_reason": "stop",
             "token_ids": ids,
             "message": {"role": "assistant", "content": text},
@@ -57,7 +61,7 @@ def _choice(kind: str) -> dict[str, Any]:
         "text_offset": [0, 1],
     }
     return {
-        "index": 0,
+        "index": index,
         "finish_reason": "stop",
         "token_ids": ids,
         "prompt_token_ids": PROMPT_IDS,
@@ -99,6 +103,20 @@ def _chunks(kind: str, model: str) -> list[dict[str, Any]]:
     return out
 
 
+def _tool_chunks(model: str) -> list[dict[str, Any]]:
+    """A chat stream that answers with one tool call whose arguments come in pieces."""
+    head = {"id": "cmpl-stub", "created": 0, "model": model, "object": "chat.completion.chunk"}
+    first = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "add", "arguments": ""}}
+    deltas = [first] + [{"index": 0, "function": {"arguments": piece}} for piece in TOOL_PIECES]
+    out = []
+    for n, delta in enumerate(deltas):
+        last = n == len(deltas) - 1
+        choice = {"index": 0, "delta": {"tool_calls": [delta]}, "token_ids": [60 + n]}
+        choice["finish_reason"] = "tool_calls" if last else None
+        out.append({**head, "choices": [choice]})
+    return out
+
+
 def stub_app(control: StubControl) -> Starlette:
     """The stub engine app."""
 
@@ -114,7 +132,8 @@ def stub_app(control: StubControl) -> Starlette:
         if body.get("stream"):
 
             async def sse() -> AsyncIterator[bytes]:
-                for n, chunk in enumerate(_chunks(kind, model)):
+                chunks = _tool_chunks(model) if body.get("tools") else _chunks(kind, model)
+                for n, chunk in enumerate(chunks):
                     if n == 1 and control.stream_gate is not None:
                         await control.stream_gate.wait()
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
@@ -130,7 +149,7 @@ def stub_app(control: StubControl) -> Starlette:
                 "object": obj,
                 "created": 0,
                 "model": model,
-                "choices": [_choice(kind)],
+                "choices": [_choice(kind, i) for i in range(int(body.get("n") or 1))],
                 "usage": usage,
                 **extra,
             }

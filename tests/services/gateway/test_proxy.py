@@ -28,12 +28,14 @@ async def test_async_chat_is_proxied_rewritten_and_recorded(gateway: Setup, even
     reply = await client.chat.completions.create(model="stub", messages=MESSAGES, temperature=0.3)
     assert reply.choices[0].message.content == "42"
     sent = gateway.engine.received[0]
-    assert sent["logprobs"] is True and sent["return_token_ids"] is True and sent["temperature"] == 0.3
+    assert sent["logprobs"] is True and sent["return_token_ids"] is True
+    assert sent["temperature"] == 1.0  # a train rollout samples at 1.0 (the learner's distribution)
     [call] = await model_calls(eventlog, 1)
     assert (call.rollout_id, call.attempt_id, call.status) == (gateway.rid, gateway.aid, "ok")
     assert (call.prompt_ids, call.response_ids, call.logprobs) == (PROMPT_IDS, IDS, LOGPROBS)
     assert call.usage.total_tokens == 5 and call.finish_reason == "stop" and call.http_status == 200
-    assert call.rewritten == ["logprobs", "return_token_ids"] and not call.streamed
+    assert call.rewritten == ["temperature", "logprobs", "return_token_ids"] and not call.streamed
+    assert call.mode == "train" and call.choices == []
     assert msgspec.json.decode(call.request)["messages"] == MESSAGES
 
 

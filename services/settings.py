@@ -157,6 +157,11 @@ class GatewaySettings(BaseModel):
     """Largest request body accepted (413 past it); keep it below ``nats.max_payload``."""
     agent_key: str | None = None
     """Key agents send (``Authorization: Bearer`` or ``x-api-key``) on model and event routes; None: open."""
+    key_secret: str | None = None
+    """Secret from which each rollout's own agent key is derived (HMAC-SHA256 of the rollout id; see
+    ``services/keys.py``). When set, a call or event attributed to a rollout must present that rollout's
+    key (or the admin key): an agent cannot write to another rollout. The runner hands each attempt its
+    key (``AGL_KEY``, and the ``api_key`` of its ProxyLLM). Unattributed calls then need ``agent_key``."""
     admin_key: str | None = None
     """Key for ``/admin/*`` (pause, resume, inflight); None: open. Also accepted on agent routes."""
     pause_retry_after_s: int = 5
@@ -195,6 +200,46 @@ class GatewaySettings(BaseModel):
         return list(self.upstream_urls) or [self.upstream_url]
 
 
+class InferenceSettings(BaseModel):
+    """The CPU inference server (``voltbus inference``): a torch model behind an OpenAI-compatible API."""
+
+    model_dir: Path | None = None
+    """Model directory to serve (``config.json``, ``model.safetensors``, ``tokenizer.json``); made by
+    ``voltbus model init`` (``VOLTBUS_INFERENCE__MODEL_DIR``)."""
+    served_model_name: str | None = None
+    """Name clients put in ``model``; default: the model directory's name."""
+    host: str = "127.0.0.1"
+    """Interface the server listens on."""
+    port: int = 8000
+    """Port of the server (vLLM's default, which is also the gateway's default upstream)."""
+    device: str = "cpu"
+    """torch device (``cpu``, or ``cuda`` where there is one)."""
+    max_batch_rows: int = Field(default=64, ge=1)
+    """Most sequences generated in one batch (all ``n`` samples of a request always share a batch)."""
+    batch_quiet_ms: float = Field(default=10.0, ge=0)
+    """A batch starts once no request has arrived for this long ..."""
+    batch_max_wait_ms: float = Field(default=50.0, ge=0)
+    """... or this long after its first request arrived."""
+    max_model_len: int | None = None
+    """Most prompt + generated tokens per sequence; default: the model's ``max_position_embeddings``."""
+    default_max_tokens: int = Field(default=64, ge=1)
+    """Tokens generated when a request sets no ``max_tokens`` (capped by what fits the context)."""
+    max_n: int = Field(default=64, ge=1)
+    """Largest ``n`` (samples per request) accepted."""
+    max_logprobs: int = Field(default=20, ge=0)
+    """Largest number of alternatives per position (completions ``logprobs``, chat ``top_logprobs``)."""
+    max_body_bytes: int = 2 * 1024 * 1024
+    """Largest request body accepted (413 past it)."""
+    seed: int | None = None
+    """Seed of the sampler for requests without their own ``seed``; None: a fresh one each start."""
+    weight_version: str | None = None
+    """Label of the weights loaded at start; default ``local:<first 12 hex of their sha256>``."""
+    follow_resources: bool = False
+    """Follow resources versions on the bus and serve the weights of each one that names this model."""
+    restart_delay_s: float = 1.0
+    """Seconds before the resources follower starts again after a failure."""
+
+
 class Settings(BaseSettings):
     """Every voltbus setting, one nested section per concern."""
 
@@ -212,5 +257,7 @@ class Settings(BaseSettings):
     """Runner settings."""
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     """Gateway settings."""
+    inference: InferenceSettings = Field(default_factory=InferenceSettings)
+    """CPU inference server settings."""
     log_level: str = "INFO"
     """Logging level for every service."""

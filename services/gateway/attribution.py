@@ -22,6 +22,11 @@ ATTEMPT_HEADER = "x-voltbus-attempt-id"
 MODES = ("train", "val")
 
 
+def claimed_rollout(request: Request) -> str | None:
+    """The rollout a request names (path first, then header), before any check."""
+    return request.path_params.get("rid") or request.headers.get(ROLLOUT_HEADER) or None
+
+
 class Attribution:
     """Resolves and checks (rollout, attempt) pairs against the store."""
 
@@ -36,7 +41,7 @@ class Attribution:
         mode = params.get("mode")
         if mode is not None and mode not in MODES:
             raise GatewayError(404, "not_found", f"unsupported proxy mode {mode!r} (train or val)")
-        rid = params.get("rid") or request.headers.get(ROLLOUT_HEADER)
+        rid = claimed_rollout(request)
         aid = params.get("aid") or request.headers.get(ATTEMPT_HEADER)
         if not rid:
             if aid:

@@ -1,4 +1,6 @@
-"""Keys: agents send ``agent_key``, the learner and operators ``admin_key`` (either header AL accepts)."""
+"""Keys: agents send ``agent_key`` or their rollout's own key, the learner and operators ``admin_key``
+(either header Agent Lightning accepts). With ``key_secret`` set, a call attributed to a rollout must
+carry that rollout's key (``services/keys.py``); another rollout's key gets 403, no key 401."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import hmac
 
 from starlette.requests import Request
 
+from voltbus.services.keys import PREFIX, rollout_key
 from voltbus.services.settings import GatewaySettings
 
 from .errors import GatewayError
@@ -23,12 +26,23 @@ def _matches(key: str | None, expected: str) -> bool:
     return key is not None and hmac.compare_digest(key.encode(), expected.encode())
 
 
-def require_agent(request: Request, settings: GatewaySettings) -> None:
-    """Refuse (401) unless the agent key (or the admin key) is presented; open when no agent key is set."""
-    if settings.agent_key is None:
-        return
+def require_agent(request: Request, settings: GatewaySettings, rollout_id: str | None = None) -> None:
+    """Refuse unless the key presented may act for ``rollout_id`` (None: an unattributed call).
+
+    The admin key always may; with ``key_secret`` set, a rollout's calls need that rollout's key
+    (401 without, 403 with another rollout's); otherwise the shared agent key (open when unset)."""
     key = presented_key(request)
-    if _matches(key, settings.agent_key) or (settings.admin_key is not None and _matches(key, settings.admin_key)):
+    if settings.admin_key is not None and _matches(key, settings.admin_key):
+        return
+    if settings.key_secret and rollout_id:
+        if _matches(key, rollout_key(settings.key_secret, rollout_id)):
+            return
+        if key is not None and key.startswith(PREFIX):
+            raise GatewayError(403, "forbidden", f"this key belongs to another rollout than {rollout_id!r}")
+        raise GatewayError(401, "unauthorized", f"missing or invalid key of rollout {rollout_id!r}")
+    if settings.agent_key is None and not settings.key_secret:
+        return
+    if settings.agent_key is not None and _matches(key, settings.agent_key):
         return
     raise GatewayError(401, "unauthorized", "invalid or missing API key")
 

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from voltbus.schemas import RewardReported, SpanRecorded, derive_id
 
+from .attribution import claimed_rollout
 from .auth import require_agent
 from .errors import GatewayError
 from .state import gateway_of, read_json
@@ -66,7 +67,7 @@ async def post_event(request: Request) -> Response:
     """Record one agent event for a known rollout and attempt."""
     gw = gateway_of(request)
     try:
-        require_agent(request, gw.settings)
+        require_agent(request, gw.settings, claimed_rollout(request))
         rid, aid, _ = await gw.attribution.resolve(request)
         body = await read_json(request, gw.settings.max_body_bytes)
         kind = str(body.get("event_type") or body.get("type") or "")

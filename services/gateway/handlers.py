@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 
 from voltbus.services.settings import GatewaySettings
 
-from .attribution import UNATTRIBUTED
+from .attribution import UNATTRIBUTED, claimed_rollout
 from .auth import require_agent
 from .errors import GatewayError, error_response
 from .record import Call, model_called
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 async def begin(request: Request, kind: Kind) -> tuple[Gateway, Call]:
     """Everything before the engine is called: auth, pause, attribution, body, rewriting."""
     gw = gateway_of(request)
-    require_agent(request, gw.settings)
+    require_agent(request, gw.settings, claimed_rollout(request))
     if gw.pause.paused:
         raise GatewayError(429, "gateway_paused", "gateway paused")
     rid, aid, mode = await gw.attribution.resolve(request)

@@ -15,6 +15,7 @@ from voltbus.agent.instrument import instrument_openai, uninstrument_openai
 from voltbus.agent.litagent import LitAgent
 from voltbus.agent.otel import LogTracer
 from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
+from voltbus.services.keys import agent_key_for
 from voltbus.services.settings import Settings
 from voltbus.store import AttemptedRollout, Rollout, Store, connect
 
@@ -68,13 +69,15 @@ class Runner:
         """Run one claimed rollout in this process or, with isolation, in a child process."""
         assert self.store is not None and self.tracer is not None and self.heartbeat is not None
         self.heartbeat.active[worker_id] = (rollout.rollout_id, rollout.attempt.attempt_id)
+        key = agent_key_for(self.settings.gateway, rollout.rollout_id)
         try:
             if self.settings.runner.isolate and self.agent_path:
                 gateway = self.settings.runner.gateway_url
-                env = agl_environment(gateway, rollout, self.settings.gateway.agent_key) if gateway else None
-                await run_isolated(self.store, self.settings.nats, self.agent_path, rollout, env)
+                env = agl_environment(gateway, rollout, key) if gateway else None
+                await run_isolated(self.store, self.settings.nats, self.agent_path, rollout, env, key)
             else:
-                await run_rollout(self.store, self.tracer, self.agent, rollout, self.hooks, self, raise_errors)
+                agent, hooks = self.agent, self.hooks
+                await run_rollout(self.store, self.tracer, agent, rollout, hooks, self, raise_errors, key)
         finally:
             self.heartbeat.active.pop(worker_id, None)
             self.finished += 1

@@ -27,7 +27,7 @@ async def main(job: ChildJob) -> None:
     set_active_tracer(tracer)
     instrument_openai(tracer)
     try:
-        await run_rollout(store, tracer, agent, job.rollout)
+        await run_rollout(store, tracer, agent, job.rollout, key=job.key)
     finally:
         clear_active_tracer()
         tracer.shutdown()

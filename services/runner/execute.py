@@ -9,9 +9,12 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from voltbus.agent.litagent import LitAgent
 from voltbus.agent.otel import LogTracer
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
+from voltbus.schemas.resources import ProxyLLM
 from voltbus.schemas.rollouts import ErrorInfo
 from voltbus.store import AttemptedRollout, Store
 
@@ -34,6 +37,20 @@ async def resources_for(store: Store, rollout: AttemptedRollout) -> dict[str, An
             f"rollout {rollout.rollout_id}: resources {rollout.resources_id or '(latest)'} not found"
         )
     return found.resources
+
+
+def with_key(resources: dict[str, Any], key: str | None) -> dict[str, Any]:
+    """The resources with every ProxyLLM (the gateway) carrying the attempt's agent key, when there is one.
+
+    >>> from voltbus.schemas.resources import LLM
+    >>> both = {"p": ProxyLLM(endpoint="http://gw/v1", model="m"), "l": LLM(endpoint="http://x", model="m")}
+    >>> out = with_key(both, "k")
+    >>> out["p"].api_key, out["l"].api_key
+    ('k', None)
+    """
+    if key is None:
+        return resources
+    return {n: msgspec.structs.replace(r, api_key=key) if isinstance(r, ProxyLLM) else r for n, r in resources.items()}
 
 
 async def call_agent(agent: LitAgent[Any], rollout: AttemptedRollout, resources: dict[str, Any]) -> Any:
@@ -75,8 +92,10 @@ async def run_rollout(
     hooks: Sequence[Any] = (),
     runner: Any = None,
     raise_errors: bool = False,
+    key: str | None = None,
 ) -> ErrorInfo | None:
-    """Run one attempt end to end and end it; return the recorded error, if any."""
+    """Run one attempt end to end and end it; return the recorded error, if any. ``key`` is the agent key
+    its ProxyLLM resources carry (the rollout's own, with per-rollout keys)."""
     rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
     error: ErrorInfo | None = None
     spans: list[Any] = []
@@ -84,7 +103,7 @@ async def run_rollout(
     timed_out = False
     limit: asyncio.Timeout | None = None
     try:
-        resources = await resources_for(store, rollout)
+        resources = with_key(await resources_for(store, rollout), key)
         await store.update_attempt(rid, aid, status="running")
         await fire(hooks, "on_rollout_start", agent=agent, runner=runner, rollout=rollout)
         with tracer.attempt(rid, aid):

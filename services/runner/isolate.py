@@ -30,6 +30,8 @@ class ChildJob(msgspec.Struct, kw_only=True):
     agent: str
     nats: dict[str, object]
     rollout: AttemptedRollout
+    key: str | None = None
+    """The agent key its ProxyLLM resources carry."""
 
 
 def _exit_reason(code: int) -> str:
@@ -57,11 +59,16 @@ def agl_environment(gateway_url: str, rollout: AttemptedRollout, key: str | None
 
 
 async def run_isolated(
-    store: Store, nats: NatsSettings, agent: str, rollout: AttemptedRollout, env: dict[str, str] | None = None
+    store: Store,
+    nats: NatsSettings,
+    agent: str,
+    rollout: AttemptedRollout,
+    env: dict[str, str] | None = None,
+    key: str | None = None,
 ) -> None:
     """Run one rollout in a child process (with ``env`` added); kill its process group at the rollout's timeout."""
     rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
-    job = msgspec.json.encode(ChildJob(agent=agent, nats=nats.model_dump(mode="json"), rollout=rollout))
+    job = msgspec.json.encode(ChildJob(agent=agent, nats=nats.model_dump(mode="json"), rollout=rollout, key=key))
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 
+import pytest
+
 from voltbus.schemas.spans import ModelCalled, RewardReported
 from voltbus.services.eventlog import Envelope
 from voltbus.services.gateway import build_app
@@ -15,10 +17,14 @@ from ..gateway.stub_llm import StubControl, serve, stub_app
 from .test_runner import AGENTS, run_until_done
 
 
-async def test_agent_lightning_1_0_agent_runs_through_the_gateway(store: Store, nats_settings: NatsSettings) -> None:
+@pytest.mark.parametrize("key_secret", [None, "per-rollout-secret"], ids=["open", "rollout-keys"])
+async def test_agent_lightning_1_0_agent_runs_through_the_gateway(
+    store: Store, nats_settings: NatsSettings, key_secret: str | None
+) -> None:
+    """With per-rollout keys on, the gateway accepts only the rollout's own key: the runner hands it over."""
     async with AsyncExitStack() as stack:
         engine = await stack.enter_async_context(serve(stub_app(StubControl())))
-        gateway_settings = GatewaySettings(upstream_url=f"{engine}/v1")
+        gateway_settings = GatewaySettings(upstream_url=f"{engine}/v1", key_secret=key_secret)
         gateway = await stack.enter_async_context(
             serve(build_app(Settings(nats=nats_settings, gateway=gateway_settings)), "on")
         )

@@ -26,6 +26,8 @@ app = typer.Typer(
 )
 schemas_app = typer.Typer(help="The event contract.", no_args_is_help=True)
 app.add_typer(schemas_app, name="schemas")
+model_app = typer.Typer(help="Tiny local models for the CPU path (needs voltbus[learn]).", no_args_is_help=True)
+app.add_typer(model_app, name="model")
 
 NatsUrl = Annotated[str | None, typer.Option("--nats-url", help="NATS URL [env: VOLTBUS_NATS__URL]")]
 
@@ -211,6 +213,41 @@ def schemas_export(
     for name, content in files.items():
         (out / name).write_bytes(content)
     say(f"wrote {len(files)} schemas to {out}")
+
+
+@app.command()
+def inference(
+    model: Annotated[Path, typer.Option("--model", help="model directory [env: VOLTBUS_INFERENCE__MODEL_DIR]")],
+    host: Annotated[str | None, typer.Option(help="Interface to bind (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 8000)")] = None,
+    name: Annotated[str | None, typer.Option(help="Served model name (default: the directory's name)")] = None,
+    follow_resources: Annotated[bool, typer.Option(help="Hot-swap to each resources version naming it")] = False,
+    nats_url: NatsUrl = None,
+) -> None:
+    """Run the CPU inference server: an OpenAI-compatible API with token ids, logprobs and hot swap."""
+    from voltbus.services.inference.app import run
+
+    settings = settings_for(nats_url)
+    updates = {"model_dir": model, "host": host, "port": port, "served_model_name": name}
+    updates |= {"follow_resources": True if follow_resources else None}
+    settings.inference = settings.inference.model_copy(update={k: v for k, v in updates.items() if v is not None})
+    asyncio.run(run(settings))
+
+
+@model_app.command("init")
+def model_init(
+    out: Annotated[Path, typer.Option("--out", help="model directory to write")],
+    steps: Annotated[int, typer.Option(help="warm-start steps on a+b= (0: random weights)")] = 400,
+    seed: Annotated[int, typer.Option(help="seed of the weights and the training data")] = 0,
+) -> None:
+    """Write a tiny Llama (about 1 M parameters) with a character tokenizer, warm-started on addition."""
+    from voltbus.model import build_tiny_model, build_tokenizer, save_model_dir, warm_start, weights_sha256
+
+    model, tok = build_tiny_model(seed), build_tokenizer()
+    if steps > 0:
+        warm_start(model, tok, steps=steps, seed=seed, progress=say)
+    save_model_dir(model, tok, out)
+    say(f"wrote {out} (sha256 {weights_sha256(out)[:12]})")
 
 
 def main() -> None:

@@ -1,0 +1,108 @@
+"""Wiring of the inference server: routes, and the lifespan that loads the model and runs the batcher.
+
+OpenAI-compatible ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``; ``/healthz`` (and
+vLLM's ``/health``); ``/stats`` (batching counters, weights); vLLM-shaped control routes
+``POST /update_weights``, ``POST /pause``, ``POST /resume``, ``GET /is_paused``. With
+``follow_resources`` the server also follows resources versions on the bus (see ``follow``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from voltbus.services.natsserver import check_port
+from voltbus.services.settings import Settings
+
+from . import handlers
+from .batching import Batcher
+from .engine import Engine
+from .follow import follow_forever
+from .responses import TokenText
+from .state import Served
+from .swap import Weights, file_sha256, local_version, weights_file
+
+log = logging.getLogger(__name__)
+
+
+def routes() -> list[Route]:
+    """Every route of the server."""
+    return [
+        Route("/v1/completions", handlers.generation("completions"), methods=["POST"]),
+        Route("/v1/chat/completions", handlers.generation("chat"), methods=["POST"]),
+        Route("/v1/models", handlers.models, methods=["GET"]),
+        Route("/healthz", handlers.healthz),
+        Route("/health", handlers.healthz),
+        Route("/stats", handlers.stats),
+        Route("/update_weights", handlers.update_weights, methods=["POST"]),
+        Route("/pause", handlers.pause, methods=["POST"]),
+        Route("/resume", handlers.resume, methods=["POST"]),
+        Route("/is_paused", handlers.is_paused),
+    ]
+
+
+def load(settings: Settings) -> Served:
+    """Load the model directory named in the settings (blocking: call it off the event loop)."""
+    from voltbus.model import load_model_dir  # torch and transformers load here, not at import
+
+    cfg = settings.inference
+    if cfg.model_dir is None:
+        raise ValueError("no model directory: pass --model DIR or set VOLTBUS_INFERENCE__MODEL_DIR")
+    model, tok = load_model_dir(cfg.model_dir, cfg.device)
+    limit = model.config.max_position_embeddings
+    cfg = cfg.model_copy(update={"max_model_len": min(cfg.max_model_len or limit, limit)})
+    digest = file_sha256(weights_file(cfg.model_dir))
+    weights = Weights(version=cfg.weight_version or local_version(digest), sha256=digest)
+    engine = Engine(model, tok, cfg.seed)
+    name = cfg.served_model_name or cfg.model_dir.resolve().name
+    batcher = Batcher(engine, weights, cfg)
+    return Served(name, cfg.model_dir, model, tok, cfg, weights, batcher, TokenText(tok))
+
+
+def build_app(settings: Settings) -> Starlette:
+    """The server app; its lifespan loads the model, runs the batcher and, if asked, the resources follower."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        served = await asyncio.to_thread(load, settings)
+        app.state.served = served
+        log.info("serving %s (weights %s) from %s", served.name, served.weights.version, served.model_dir)
+        tasks = [asyncio.create_task(served.batcher.run_forever())]
+        if settings.inference.follow_resources:
+            tasks.append(asyncio.create_task(follow_forever(settings, served.model, served.weights, served.name)))
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    return Starlette(routes=routes(), lifespan=lifespan)
+
+
+async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
+    """Serve until ``stop`` is set (or forever); ``ready`` is set once it accepts requests."""
+    cfg = settings.inference
+    check_port(cfg.host, cfg.port, "inference server")
+    config = uvicorn.Config(build_app(settings), host=cfg.host, port=cfg.port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    stop = stop or asyncio.Event()
+    log.info("inference server on http://%s:%d/v1 for %s", cfg.host, cfg.port, cfg.model_dir)
+    async with asyncio.TaskGroup() as tasks:
+        serving = tasks.create_task(server.serve())
+        while not server.started and not serving.done():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # uvicorn offers no start-up event
+        if ready is not None and server.started:
+            ready.set()
+        await asyncio.wait([serving, tasks.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True
+        stop.set()

@@ -1,0 +1,73 @@
+"""Following the bus: serve the weights of each new resources version that names the served model.
+
+The follower reads the stored resources versions once (direct get over ``<ns>.res.*``), serves the
+newest one that names this model, then follows the control stream on the same subjects (an ordered
+replay in follow mode). A version counts when one of its resources is an ``LLM`` (or ``ProxyLLM``)
+whose ``model`` is the served model name and that has ``weights``; the weights file must match its
+sha256, and the version label becomes the bundle's ``resources_id`` (``default:3``). Same digest as
+now: only the label changes. A bad version (missing file, wrong digest) is logged and skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from transformers import PreTrainedModel
+
+from voltbus.schemas.resources import LLM, ResourcesPublished, WeightsRef
+from voltbus.services.eventlog import Envelope, EventLog
+from voltbus.services.settings import Settings
+
+from .swap import Weights, swap
+
+log = logging.getLogger(__name__)
+
+
+def weights_for(event: object, model_name: str) -> WeightsRef | None:
+    """The weights a resources version names for ``model_name``, if it is such a version."""
+    if not isinstance(event, ResourcesPublished):
+        return None
+    for resource in event.resources.values():
+        if isinstance(resource, LLM) and resource.model == model_name and resource.weights is not None:
+            return resource.weights
+    return None
+
+
+async def serve_version(model: PreTrainedModel, weights: Weights, event: ResourcesPublished, ref: WeightsRef) -> None:
+    try:
+        await swap(model, weights, ref.uri, event.resources_id, ref.sha256)
+    except Exception as exc:
+        log.error("not serving resources %s: %s", event.resources_id, exc)
+
+
+async def follow_resources(settings: Settings, model: PreTrainedModel, weights: Weights, model_name: str) -> None:
+    """Serve each matching resources version as it is published; runs until cancelled."""
+    eventlog = await EventLog.connect(settings.nats, name="voltbus-inference")
+    subject = f"{eventlog.topology.namespace}.res.*"
+    try:
+        stored, last = await eventlog.read_subject(subject)
+        matching = [
+            (e.event, ref) for e in stored if isinstance(e, Envelope) and (ref := weights_for(e.event, model_name))
+        ]
+        if matching:
+            await serve_version(model, weights, *matching[-1])  # type: ignore[arg-type]
+        log.info("following resources on %s for model %s from sequence %d", subject, model_name, last + 1)
+        async for item in eventlog.replay("control", from_seq=last + 1, follow=True, subject=subject):
+            event = getattr(item, "event", None)
+            if (ref := weights_for(event, model_name)) is not None:
+                await serve_version(model, weights, event, ref)  # type: ignore[arg-type]
+    finally:
+        await eventlog.close()
+
+
+async def follow_forever(settings: Settings, model: PreTrainedModel, weights: Weights, model_name: str) -> None:
+    """``follow_resources``, started again after a failure (the bus went away, a stream was recreated)."""
+    while True:
+        try:
+            await follow_resources(settings, model, weights, model_name)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("resources follower failed; starting again in %.1f s", settings.inference.restart_delay_s)
+        await asyncio.sleep(settings.inference.restart_delay_s)

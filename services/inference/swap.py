@@ -1,0 +1,109 @@
+"""The serving weights: their version label, the lock that keeps a batch on one version, and hot swaps.
+
+A swap reads (and, given a digest, verifies) the new safetensors file outside the lock, then loads
+it into the model with ``load_state_dict`` under the lock: a batch in progress finishes on the old
+weights, the next one starts on the new, and no sequence ever mixes two versions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers import PreTrainedModel
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+class WeightsError(Exception):
+    """Weights that cannot be served: missing file, wrong digest, wrong tensor names or shapes."""
+
+
+@dataclass
+class Weights:
+    """The version label of the weights being served, guarded by ``lock``."""
+
+    version: str
+    sha256: str | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    swaps: int = 0
+    last_error: str | None = None
+
+
+def local_version(digest: str) -> str:
+    """The label of weights that came from no resources version."""
+    return f"local:{digest[:12]}"
+
+
+def weights_file(path: str | Path) -> Path:
+    """The safetensors file for ``path``: the file itself, or ``model.safetensors`` in a model directory."""
+    file = Path(path.removeprefix("file://") if isinstance(path, str) else path)
+    if file.is_dir():
+        file = file / WEIGHTS_FILE
+    if not file.is_file():
+        raise WeightsError(f"weights file not found: {file}")
+    return file
+
+
+def file_sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with file.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_weights(path: str | Path, sha256: str | None = None) -> tuple[dict[str, torch.Tensor], str]:
+    """The tensors of a weights file and its digest; with ``sha256`` given, a mismatch is an error."""
+    file = weights_file(path)
+    digest = file_sha256(file)
+    if sha256 is not None and digest != sha256:
+        raise WeightsError(f"sha256 of {file} is {digest}, expected {sha256}")
+    return load_file(file), digest
+
+
+def check_state(model: PreTrainedModel, state: dict[str, torch.Tensor]) -> None:
+    """Refuse unknown or missing tensors (a tied copy may be missing) and shape changes, before loading."""
+    current = model.state_dict()
+    unknown = sorted(set(state) - set(current))
+    storage: dict[int, set[str]] = {}
+    for name, tensor in current.items():
+        storage.setdefault(tensor.data_ptr(), set()).add(name)
+    missing = sorted(n for n in set(current) - set(state) if not storage[current[n].data_ptr()] & set(state))
+    wrong = sorted(n for n, t in state.items() if n in current and t.shape != current[n].shape)
+    if unknown or missing or wrong:
+        raise WeightsError(
+            f"weights do not fit the model: unknown {unknown[:5]}, missing {missing[:5]}, shape {wrong[:5]}"
+        )
+
+
+def apply_state(model: PreTrainedModel, state: dict[str, torch.Tensor]) -> None:
+    """Copy ``state`` into the model in place (after ``check_state``)."""
+    check_state(model, state)
+    model.load_state_dict(state, strict=False)
+
+
+async def swap(
+    model: PreTrainedModel, weights: Weights, path: str | Path, version: str | None, sha256: str | None
+) -> None:
+    """Serve the weights at ``path`` under the label ``version`` (default ``local:<sha256[:12]>``) from the
+    next batch on."""
+    try:
+        state, digest = await asyncio.to_thread(read_weights, path, sha256)
+        async with weights.lock:
+            if digest != weights.sha256:
+                await asyncio.to_thread(apply_state, model, state)
+            weights.version, weights.sha256 = version or local_version(digest), digest
+            weights.swaps += 1
+            weights.last_error = None
+    except Exception as exc:
+        weights.last_error = f"{version}: {exc}"
+        raise
+    log.info("serving weight version %s (sha256 %s) from %s", version, digest[:12], path)

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from voltbus.schemas.gateway import GatewayPaused, GatewayResumed
 from voltbus.schemas.resources import ResourcesPublished
 from voltbus.schemas.spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanRecorded
 from voltbus.schemas.training import CheckpointSaved, RunFinished, RunStarted, StepCompleted
@@ -99,6 +100,21 @@ def telemetry_row(env: Envelope) -> tuple[str, Row] | None:
     return None
 
 
+def gateway_row(e: GatewayPaused | GatewayResumed, seq: int) -> Row:
+    """A gateway's pause or resume as one history row."""
+    paused = isinstance(e, GatewayPaused)
+    return {
+        "seq": seq,
+        "gateway_id": e.gateway_id,
+        "action": "paused" if paused else "resumed",
+        "reason": e.reason if paused else None,
+        "retry_after_s": e.retry_after_s if paused else None,
+        "inflight": e.inflight if paused else None,
+        "paused_s": None if paused else e.paused_s,
+        "recorded_at": e.at,
+    }
+
+
 def activity_key(env: Envelope) -> tuple[str, str] | None:
     """(rollout, attempt) of a sign of life on the spans stream."""
     e = env.event
@@ -121,6 +137,8 @@ def control_row(env: Envelope) -> tuple[str, Row] | None:
                 "resources": resources,
                 "created_at": e.created_at,
             }
+        case GatewayPaused() | GatewayResumed():
+            return type(e).__name__, gateway_row(e, seq)
         case WorkerStatusReported():
             stats = json_text(e.heartbeat_stats) if e.heartbeat_stats else None
             return "WorkerStatusReported", {

@@ -66,6 +66,11 @@ from .events import (
     AnyEvent,
     ControlEvent,
 )
+from .gateway import (
+    GatewayEvent,
+    GatewayPaused,
+    GatewayResumed,
+)
 from .resources import (
     LLM,
     GenericResource,
@@ -163,6 +168,9 @@ __all__ = [
     "Event",
     "ExpireAttempt",
     "FinishAttempt",
+    "GatewayEvent",
+    "GatewayPaused",
+    "GatewayResumed",
     "GenericResource",
     "GpuStats",
     "HeartbeatStats",

@@ -8,6 +8,7 @@ can share one nats-server without seeing each other's streams.
                                 <ns>.res.<name>       resource versions
                                 <ns>.run.<run>        training-run events
                                 <ns>.wk.<worker>      worker status
+                                <ns>.gw.<gateway>     gateway pause / resume
     spans stream    <NS>_SPANS  <ns>.sp.<shard>       spans, model calls, rewards, heartbeats
     counters        <NS>_SEQ    <ns>.seq.<rollout>    per-rollout span sequence counters
     advisories      <NS>_ADV    max-deliveries advisories of the dispatch consumer (dead letters)
@@ -23,6 +24,7 @@ import msgspec
 from .base import is_token
 from .errors import InvalidId
 from .events import AnyEvent
+from .gateway import GatewayPaused, GatewayResumed
 from .resources import ResourcesPublished
 from .rollouts import RolloutEvent, RolloutQueued, RolloutRequeued
 from .spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanRecorded
@@ -99,7 +101,7 @@ class Topology(msgspec.Struct, frozen=True, kw_only=True):
     def control_subjects(self) -> list[str]:
         """Subjects captured by the control stream."""
         ns = self.namespace
-        return [f"{ns}.ro.*.q", f"{ns}.ro.*.e", f"{ns}.res.*", f"{ns}.run.*", f"{ns}.wk.*"]
+        return [f"{ns}.ro.*.q", f"{ns}.ro.*.e", f"{ns}.res.*", f"{ns}.run.*", f"{ns}.wk.*", f"{ns}.gw.*"]
 
     @property
     def spans_subjects(self) -> list[str]:
@@ -135,6 +137,10 @@ class Topology(msgspec.Struct, frozen=True, kw_only=True):
         """Subject of one worker's status events."""
         return f"{self.namespace}.wk.{check_token('worker id', worker_id)}"
 
+    def gateway(self, gateway_id: str) -> str:
+        """Subject of one gateway's pause and resume events."""
+        return f"{self.namespace}.gw.{check_token('gateway id', gateway_id)}"
+
     def span_shard(self, rollout_id: str) -> str:
         """Span subject of a rollout: a stable hash of its id modulo the shard count."""
         shard = zlib.crc32(rollout_id.encode()) % self.span_shards
@@ -159,6 +165,8 @@ def subject_for(topology: Topology, event: AnyEvent) -> str:
             return topology.run(event.run_id)
         case WorkerStatusReported():
             return topology.worker(event.worker_id)
+        case GatewayPaused() | GatewayResumed():
+            return topology.gateway(event.gateway_id)
         case SpanRecorded() | ModelCalled() | RewardReported() | AttemptHeartbeatSent():
             return topology.span_shard(event.rollout_id)
         case _:

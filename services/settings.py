@@ -164,6 +164,8 @@ class GatewaySettings(BaseModel):
     key (``AGL_KEY``, and the ``api_key`` of its ProxyLLM). Unattributed calls then need ``agent_key``."""
     admin_key: str | None = None
     """Key for ``/admin/*`` (pause, resume, inflight); None: open. Also accepted on agent routes."""
+    gateway_id: str | None = None
+    """This gateway's id in its pause/resume events (a subject token); None: ``gw-<port>``."""
     pause_retry_after_s: int = 5
     """Default ``Retry-After`` seconds answered while paused."""
     record_unattributed: bool = True

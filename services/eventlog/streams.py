@@ -6,6 +6,7 @@ window, no optimistic concurrency) is refused with the name of the offending set
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from nats.js import JetStreamContext
@@ -117,8 +118,9 @@ def dispatch_config(settings: NatsSettings) -> ConsumerConfig:
     )
 
 
-def _mismatch(found: StreamConfig, wanted: StreamConfig) -> tuple[str, object, object] | None:
-    """The first setting of ``found`` that breaks what ``wanted`` guarantees, if any."""
+def _mismatch(found: StreamConfig, wanted: StreamConfig, subjects: bool = True) -> tuple[str, object, object] | None:
+    """The first setting of ``found`` that breaks what ``wanted`` guarantees, if any (``subjects``: check
+    that every wanted subject is captured)."""
     for name in ("retention", "storage", "discard"):
         if getattr(found, name) != getattr(wanted, name):
             return name, getattr(found, name), getattr(wanted, name)
@@ -135,7 +137,7 @@ def _mismatch(found: StreamConfig, wanted: StreamConfig) -> tuple[str, object, o
         if getattr(found, name) not in (None, 0, -1):
             return name, getattr(found, name), "unlimited"
     missing = sorted(set(wanted.subjects or []) - set(found.subjects or []))
-    if missing:
+    if subjects and missing:
         return "subjects", found.subjects, wanted.subjects
     return None
 
@@ -150,9 +152,18 @@ async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> bool:
         log.info("created stream %s subjects=%s", wanted.name, wanted.subjects)
         return True
     problem = _mismatch(info.config, wanted)
+    if problem and problem[0] == "subjects" and _mismatch(info.config, wanted, subjects=False) is None:
+        await _add_subjects(js, info.config, wanted)  # a newer version captures more subjects: additive, safe
+        return False
     if problem:
         raise StreamConfigMismatch(wanted.name, *problem)
     return False
+
+
+async def _add_subjects(js: JetStreamContext, found: StreamConfig, wanted: StreamConfig) -> None:
+    added = sorted(set(wanted.subjects or []) - set(found.subjects or []))
+    await js.update_stream(dataclasses.replace(found, subjects=[*(found.subjects or []), *added]))
+    log.warning("stream %s: added subjects %s (written by an older voltbus)", wanted.name, added)
 
 
 async def ensure_consumer(js: JetStreamContext, stream: str, wanted: ConsumerConfig) -> None:

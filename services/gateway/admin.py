@@ -3,14 +3,21 @@
 ``POST /admin/pause`` takes ``{"retry_after_seconds": 5, "reason": "..."}`` (both optional);
 ``GET /admin/inflight?wait_s=30`` waits up to ``wait_s`` for the in-flight count to reach 0 and
 answers the state with ``drained`` (the learner's drain before a weight swap).
+Each pause and resume is recorded first (``GatewayPaused`` / ``GatewayResumed`` on the control
+stream) and only then takes effect; if the bus refuses the event, the state is unchanged and the
+answer is 503.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from voltbus.schemas.gateway import GatewayPaused, GatewayResumed
 
 from .auth import require_admin
 from .errors import GatewayError, error_response
@@ -26,11 +33,23 @@ async def pause(request: Request) -> Response:
         require_admin(request, gw.settings)
         body = await read_json(request, 64 * 1024)
         retry = body.get("retry_after_seconds")
-        gw.pause.pause(int(retry) if retry is not None else None, body.get("reason"))
+        retry_s = int(retry) if retry is not None else gw.pause.retry_after_s
+        reason = str(body["reason"]) if body.get("reason") is not None else None
     except GatewayError as exc:
         return exc.response()
     except (TypeError, ValueError):
         return error_response(400, "invalid_request", "retry_after_seconds must be an integer")
+    event = GatewayPaused(
+        event_id=uuid.uuid4().hex,
+        gateway_id=gw.gateway_id,
+        reason=reason,
+        retry_after_s=max(0, retry_s),
+        inflight=gw.pause.inflight,
+        at=time.time(),
+    )
+    if (failed := await gw.announce(event)) is not None:
+        return error_response(503, "record_failed", f"pause not recorded, so not applied: {failed}")
+    gw.pause.pause(event.retry_after_s, reason)
     log.info("gateway/paused reason=%s inflight=%d", gw.pause.reason, gw.pause.inflight)
     return JSONResponse(gw.pause.snapshot())
 
@@ -42,6 +61,11 @@ async def resume(request: Request) -> Response:
         require_admin(request, gw.settings)
     except GatewayError as exc:
         return exc.response()
+    since = gw.pause.paused_since
+    paused_s = time.monotonic() - since if since is not None else None
+    event = GatewayResumed(event_id=uuid.uuid4().hex, gateway_id=gw.gateway_id, paused_s=paused_s, at=time.time())
+    if (failed := await gw.announce(event)) is not None:
+        return error_response(503, "record_failed", f"resume not recorded, so not applied: {failed}")
     gw.pause.resume()
     log.info("gateway/resumed")
     return JSONResponse(gw.pause.snapshot())

@@ -79,6 +79,7 @@ def build_app(settings: Settings) -> Starlette:
                 upstream=upstream,
                 attribution=Attribution(store),
                 pause=PauseState(cfg.pause_retry_after_s),
+                gateway_id=cfg.gateway_id or f"gw-{cfg.port}",
             )
             probing = asyncio.create_task(upstream.probe_forever(cfg.health_check_s)) if cfg.health_check_s else None
             try:

@@ -7,6 +7,7 @@ calls already in flight finish. ``wait_drained`` lets the learner wait until non
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -20,6 +21,7 @@ class PauseState:
         self.retry_after_s = retry_after_s
         self.reason: str | None = None
         self.inflight = 0
+        self.paused_since: float | None = None
         self.changed = asyncio.Condition()
 
     def snapshot(self) -> dict[str, Any]:
@@ -33,14 +35,18 @@ class PauseState:
 
     def pause(self, retry_after_s: int | None = None, reason: str | None = None) -> None:
         """Refuse new calls from now on."""
+        if not self.paused:
+            self.paused_since = time.monotonic()
         self.paused = True
         self.retry_after_s = self.retry_after_s if retry_after_s is None else retry_after_s
         self.reason = reason
 
-    def resume(self) -> None:
-        """Admit new calls again."""
+    def resume(self) -> float | None:
+        """Admit new calls again; how long calls were refused (None if it was not paused)."""
+        since, self.paused_since = self.paused_since, None
         self.paused = False
         self.reason = None
+        return time.monotonic() - since if since is not None else None
 
     def refusal(self) -> JSONResponse:
         """The 429 a new call gets while paused."""

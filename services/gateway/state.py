@@ -31,6 +31,16 @@ class Gateway:
     upstream: Upstream
     attribution: Attribution
     pause: PauseState
+    gateway_id: str = "gateway"
+
+    async def announce(self, event: Any) -> str | None:
+        """Append a control event (pause, resume); the error text if the bus refused it (logged)."""
+        try:
+            await self.store.log.append([event])
+        except (VoltbusError, OSError, TimeoutError) as exc:
+            log.error("gateway/announce_failed %s: %s", type(event).__name__, exc)
+            return str(exc) or type(exc).__name__
+        return None
 
     async def record(self, events: Sequence[Any]) -> str | None:
         """Publish events to the spans stream; the error text if the bus refused them (logged)."""

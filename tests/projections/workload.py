@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from voltbus.schemas.base import derive_id
+from voltbus.schemas.gateway import GatewayPaused, GatewayResumed
 from voltbus.schemas.resources import LLM, PromptTemplate
 from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.schemas.spans import ModelCalled, RewardReported, SampledChoice, SpanRecorded, SpanStatus, Usage
@@ -91,4 +92,8 @@ async def write(store: Store, rollouts: int, tag: str = "w") -> list[str]:
         [StepCompleted(event_id=derive_id(run, 1), run_id=run, step=1, metrics={"reward/mean": 0.5}, at=2.0)]
     )
     await store.log.append([RunFinished(event_id=derive_id(run, "end"), run_id=run, status="succeeded", at=3.0)])
+    gateway = f"gw-{tag}"
+    paused = GatewayPaused(event_id=derive_id(gateway, 1), gateway_id=gateway, retry_after_s=5, inflight=2, at=4.0)
+    await store.log.append([paused])
+    await store.log.append([GatewayResumed(event_id=derive_id(gateway, 2), gateway_id=gateway, paused_s=1.0, at=5.0)])
     return [r.rollout_id for r in queued]

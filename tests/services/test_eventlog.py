@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import msgspec
 import pytest
@@ -62,6 +63,18 @@ async def test_incompatible_stream_is_refused_naming_the_setting(nats_settings: 
         with pytest.raises(StreamConfigMismatch, match="discard") as err:
             await log.ensure_streams()
         assert err.value.stream == wanted.name
+    finally:
+        await log.close()
+
+
+async def test_a_stream_from_an_older_version_gains_the_new_subjects(nats_settings: NatsSettings) -> None:
+    log = EventLog(await connect(nats_settings), nats_settings)
+    try:
+        wanted = control_config(nats_settings)
+        await log.js.add_stream(dataclasses.replace(wanted, subjects=wanted.subjects[:-1]))  # no gateway subject
+        await log.ensure_streams()
+        found = (await log.js.stream_info(wanted.name)).config
+        assert sorted(found.subjects) == sorted(wanted.subjects)
     finally:
         await log.close()
 

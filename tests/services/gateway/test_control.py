@@ -7,8 +7,8 @@ import asyncio
 import httpx
 import openai
 
-from voltbus.schemas import RewardReported, SpanRecorded
-from voltbus.services.eventlog import EventLog
+from voltbus.schemas import GatewayPaused, GatewayResumed, RewardReported, SpanRecorded
+from voltbus.services.eventlog import Envelope, EventLog
 
 from .conftest import GatewayFactory, Setup, model_calls
 from .test_proxy import MESSAGES, al1_base
@@ -81,6 +81,11 @@ async def test_pause_refuses_new_calls_lets_inflight_finish_then_resume(gateway:
         assert (await http.post(url, json=CALL)).status_code == 200
     assert len(gateway.engine.received) == 2
     await model_calls(eventlog, 2)
+    stored = [e.event async for e in eventlog.replay("control") if isinstance(e, Envelope)]
+    paused, resumed = [e for e in stored if isinstance(e, GatewayPaused | GatewayResumed)]
+    assert isinstance(paused, GatewayPaused) and isinstance(resumed, GatewayResumed)
+    assert (paused.reason, paused.retry_after_s, paused.inflight) == ("weight swap", 3, 1)
+    assert paused.gateway_id == resumed.gateway_id and resumed.paused_s is not None and resumed.paused_s > 0
 
 
 async def test_client_leaving_mid_stream_is_recorded_as_cancelled(gateway: Setup, eventlog: EventLog) -> None:

@@ -20,12 +20,13 @@ from voltbus.schemas.subjects import aggregate_of
 from voltbus.services.eventlog import BadEvent, Envelope
 from voltbus.services.lifecycle import RolloutState, decider
 
-from . import blocks
+from . import blocks, training
+from .adapter import AdapterSettings
 from .rows import Row, activity_key, control_row, rollout_rows, telemetry_row
 
 log = logging.getLogger(__name__)
 
-PROJECTION_VERSION = 2
+PROJECTION_VERSION = 3
 """Bump when tables or row mapping change: an older database is then rebuilt from the log."""
 STREAMS = ("control", "spans")
 KEYS = {"WorkerStatusReported": ("worker_id",), "ResourcesPublished": ("resources_id",), "RunStarted": ("run_id",)}
@@ -61,8 +62,9 @@ def prepare_file(path: Path) -> None:
 class Projector:
     """The only writer of one DuckDB file."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, adapter: AdapterSettings | None = None) -> None:
         self.path = Path(path)
+        self.adapter = adapter or AdapterSettings()
         self.schemas, self.blocks = blocks.load()
         self.states: dict[str, RolloutState] = {}
         self.positions = dict.fromkeys(STREAMS, 0)
@@ -72,6 +74,7 @@ class Projector:
         for block in self.schemas:
             self.con.execute(block.sql)
         self.con.execute("INSERT OR IGNORE INTO projection_meta VALUES ('version', ?)", [str(PROJECTION_VERSION)])
+        training.record_settings(self.con, self.blocks, self.adapter)
         self._load()
 
     def _load(self) -> None:
@@ -115,7 +118,9 @@ class Projector:
             rows["attempt_rows"] += attempts
             rows["state_rows"].append({"rollout_id": rollout_id, "state": msgspec.json.encode(self.states[rollout_id])})
         rows["activity_rows"] += activity.values()
-        self._commit(rows, (stream, last, stamp))
+        ended = [(r, a.attempt_id) for r in touched for a in self.states[r].attempts]  # cleared; the ended recomputed
+        ended += [k for k in activity if training.ended(self.states, k)]
+        self._commit(rows, (stream, last, stamp), ended)
         self.positions[stream] = last
         self.applied += len(items)
 
@@ -151,7 +156,9 @@ class Projector:
         elif (row := control_row(env)) is not None:
             rows[row[0]].append(row[1])
 
-    def _commit(self, rows: dict[str, list[Row]], checkpoint: tuple[str, int, float]) -> None:
+    def _commit(
+        self, rows: dict[str, list[Row]], checkpoint: tuple[str, int, float], attempts: list[tuple[str, str]]
+    ) -> None:
         self.con.begin()
         try:
             stream, seq, stamp = checkpoint
@@ -164,6 +171,7 @@ class Projector:
                 self.con.register("batch", pa.Table.from_pylist(block_rows))
                 self.con.execute(self.blocks[name].sql)
                 self.con.unregister("batch")
+            training.refresh(self.con, self.blocks, attempts, self.states, self.adapter)
             self.con.commit()
         except BaseException:
             self.con.rollback()

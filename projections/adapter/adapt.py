@@ -149,7 +149,7 @@ def _summary(
         nested=scopes.count("nested"),
         gateway_only=sources.count("gateway"),
         span_only=sources.count("span"),
-        both=sources.count("both"),
+        paired=sources.count("both"),
         failed=sum(t.call_failed for t in triplets),
         no_token_ids=sum(t.no_token_ids for t in triplets),
         rewards=len(found.rewards),

@@ -111,7 +111,8 @@ class AttemptSummary(msgspec.Struct, frozen=True, kw_only=True):
     nested: int
     gateway_only: int
     span_only: int
-    both: int
+    paired: int
+    """Calls seen by both the runner and the gateway."""
     failed: int
     no_token_ids: int
     rewards: int

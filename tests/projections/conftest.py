@@ -26,6 +26,10 @@ TABLES = {
     "quarantine": "stream, seq",
     "gaps": "stream, after_seq",
     "checkpoints": "stream",
+    "triplets": "rollout_id, attempt_id, call_index, choice_index",
+    "trajectories": "rollout_id, attempt_id, row_index",
+    "training_attempts": "rollout_id, attempt_id",
+    "training_meta": "settings_id",
 }
 
 

@@ -122,7 +122,7 @@ def test_gateway_reward_events_land_after_the_runner_call_they_follow() -> None:
     t.llm([1, 2, 3], [4], response_id="r2")
     out = adapt(t.attempt(), AdapterSettings())
     assert [r.reward for r in out.triplets] == [0.5, 1.0]
-    assert out.summary.both == 2
+    assert out.summary.paired == 2
 
 
 def test_unpaired_gateway_calls_follow_the_spans_stored_before_them() -> None:

@@ -51,7 +51,7 @@ def test_a_call_seen_by_runner_and_gateway_counts_once_with_gateway_tokens() -> 
     assert [(r.call_id, r.source, r.response_ids, r.agent_name) for r in out.triplets] == [
         ("g-1", "both", [2], "solver")
     ]
-    assert (out.summary.calls, out.summary.both) == (1, 1)
+    assert (out.summary.calls, out.summary.paired) == (1, 1)
 
 
 def test_repeated_response_ids_pair_in_order_and_call_id_attribute_wins() -> None:
@@ -64,7 +64,7 @@ def test_repeated_response_ids_pair_in_order_and_call_id_attribute_wins() -> Non
     t.gateway([5], [60], call_id="g-c", response_id="other")
     out = adapt(t.attempt(), AdapterSettings())
     assert [(r.call_id, r.response_ids) for r in out.triplets] == [("g-a", [20]), ("g-b", [40]), ("g-c", [60])]
-    assert out.summary.both == 3
+    assert out.summary.paired == 3
 
 
 def test_calls_inside_a_reward_span_and_nested_call_spans_are_not_trained() -> None:

@@ -1,0 +1,131 @@
+"""Training tables: when an attempt has ended, its stored telemetry goes through the adapter and its
+``triplets`` / ``trajectories`` / ``training_attempts`` rows are replaced, inside the projector's transaction.
+
+An ended attempt is recomputed again whenever more of its telemetry arrives (a late span flush or
+reward), so the tables after any interleaving of the two streams equal the tables after a rebuild.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import duckdb
+import msgspec
+import pyarrow as pa
+
+from voltbus.schemas.base import derive_id
+from voltbus.services.lifecycle import RolloutState
+from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
+
+from .adapter import ADAPTER_VERSION, AdapterSettings, AttemptInput, CallRow, RewardRow, SpanRow, adapt, settings_id
+from .blocks import Block
+
+Key = tuple[str, str]
+_json = msgspec.json.Decoder()
+
+
+def task_id_of(state: RolloutState) -> str:
+    """The GRPO group of a rollout: ``task_id`` / ``data_id`` in its metadata or input, else a hash of the input.
+
+    >>> task_id_of(RolloutState(rollout_id="r", input=msgspec.Raw(b'{"q": 1, "id": "t7"}')))
+    't7'
+    >>> task_id_of(RolloutState(input=msgspec.Raw(b'{"b": 1, "a": 2}'))) == task_id_of(
+    ...     RolloutState(input=msgspec.Raw(b'{"a": 2, "b": 1}')))
+    True
+    """
+    for source in (state.metadata, _json.decode(state.input)):
+        if isinstance(source, dict):
+            for key in ("task_id", "data_id", "id"):
+                value = source.get(key)
+                value = _json.decode(value) if isinstance(value, msgspec.Raw) else value
+                if isinstance(value, str | int) and not isinstance(value, bool):
+                    return str(value)
+    canonical = msgspec.json.encode(_json.decode(state.input), order="deterministic")
+    return "input:" + derive_id(canonical.decode())[:16]
+
+
+def ended(states: dict[str, RolloutState], key: Key) -> bool:
+    """Whether the attempt exists and is no longer preparing or running."""
+    state = states.get(key[0])
+    attempt = state.attempt(key[1]) if state else None
+    return attempt is not None and attempt.status not in ACTIVE_ATTEMPT
+
+
+def record_settings(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], settings: AdapterSettings) -> None:
+    """Note the settings in ``training_meta``."""
+    params = {
+        "settings_id": settings_id(settings),
+        "adapter_version": ADAPTER_VERSION,
+        "settings": msgspec.json.encode(settings).decode(),
+    }
+    con.execute(blocks["training_settings"].sql, params)
+
+
+def refresh(
+    con: duckdb.DuckDBPyConnection,
+    blocks: dict[str, Block],
+    keys: Iterable[Key],
+    states: dict[str, RolloutState],
+    settings: AdapterSettings,
+) -> None:
+    """Replace the training rows of ``keys``; only ended attempts get rows."""
+    keys = sorted(set(keys))
+    if not keys:
+        return
+    _run(con, blocks["training_clear"], [{"rollout_id": r, "attempt_id": a} for r, a in keys])
+    done = [k for k in keys if ended(states, k)]
+    if not done:
+        return
+    inputs = _inputs(con, blocks, done, states)
+    outputs = [adapt(i, settings) for i in inputs]
+    _run(con, blocks["triplet_rows"], [_row(t) for o in outputs for t in o.triplets])
+    _run(con, blocks["trajectory_rows"], [_row(t) for o in outputs for t in o.trajectories])
+    _run(con, blocks["training_attempt_rows"], [_row(o.summary) for o in outputs])
+
+
+def _row(struct: msgspec.Struct) -> dict[str, Any]:
+    row = msgspec.structs.asdict(struct)
+    if "dimensions" in row:
+        row["dimensions"] = msgspec.json.encode(row["dimensions"]).decode()
+    return row
+
+
+def _run(con: duckdb.DuckDBPyConnection, block: Block, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not rows:
+        return []
+    con.register("batch", pa.Table.from_pylist(rows))
+    try:
+        result = con.execute(block.sql)
+        names = [d[0] for d in result.description or []]
+        return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+    finally:
+        con.unregister("batch")
+
+
+def _inputs(
+    con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], keys: list[Key], states: dict[str, RolloutState]
+) -> list[AttemptInput]:
+    batch = [{"rollout_id": r, "attempt_id": a} for r, a in keys]
+    found: dict[str, dict[Key, list[Any]]] = {n: defaultdict(list) for n in ("spans", "calls", "rewards")}
+    for row in _run(con, blocks["training_spans"], batch):
+        row["attributes"] = _json.decode(row["attributes"] or "{}")
+        found["spans"][row.pop("rollout_id"), row.pop("attempt_id")].append(msgspec.convert(row, SpanRow))
+    for row in _run(con, blocks["training_calls"], batch):
+        found["calls"][row.pop("rollout_id"), row.pop("attempt_id")].append(msgspec.convert(row, CallRow))
+    for row in _run(con, blocks["training_rewards"], batch):
+        row["dimensions"] = _json.decode(row["dimensions"] or "{}")
+        found["rewards"][row.pop("rollout_id"), row.pop("attempt_id")].append(msgspec.convert(row, RewardRow))
+    return [
+        AttemptInput(
+            rollout_id=r,
+            attempt_id=a,
+            task_id=task_id_of(states[r]),
+            mode=states[r].mode,
+            spans=found["spans"][r, a],
+            calls=found["calls"][r, a],
+            rewards=found["rewards"][r, a],
+        )
+        for r, a in keys
+    ]

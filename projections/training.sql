@@ -1,0 +1,138 @@
+-- name: schema
+-- Training data the adapter derives from each finished attempt: triplets, trajectories, per-attempt counts, settings.
+CREATE TABLE IF NOT EXISTS triplets (
+    rollout_id VARCHAR NOT NULL,
+    attempt_id VARCHAR NOT NULL,
+    call_index INTEGER NOT NULL,
+    call_id VARCHAR NOT NULL,
+    choice_index INTEGER NOT NULL,
+    source VARCHAR,
+    agent_name VARCHAR,
+    task_id VARCHAR,
+    mode VARCHAR,
+    resources_id VARCHAR,
+    model VARCHAR,
+    prompt_ids INTEGER[],
+    response_ids INTEGER[],
+    logprobs DOUBLE[],
+    reward DOUBLE,
+    return_value DOUBLE,
+    dimensions JSON,
+    no_token_ids BOOLEAN,
+    no_logprobs BOOLEAN,
+    call_failed BOOLEAN,
+    truncated BOOLEAN,
+    overlong_prompt BOOLEAN,
+    reward_missing BOOLEAN,
+    reward_not_numeric BOOLEAN,
+    settings_id VARCHAR NOT NULL,
+    adapter_version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS trajectories (
+    rollout_id VARCHAR NOT NULL,
+    attempt_id VARCHAR NOT NULL,
+    row_index INTEGER NOT NULL,
+    task_id VARCHAR,
+    mode VARCHAR,
+    call_ids VARCHAR[],
+    call_resources VARCHAR[],
+    resources_ids VARCHAR[],
+    mixed_versions BOOLEAN,
+    prompt_ids INTEGER[],
+    response_ids INTEGER[],
+    response_mask INTEGER[],
+    logprobs DOUBLE[],
+    reward DOUBLE,
+    call_rewards DOUBLE[],
+    dimensions JSON,
+    after_mismatch BOOLEAN,
+    no_logprobs BOOLEAN,
+    truncated BOOLEAN,
+    overlong_prompt BOOLEAN,
+    reward_missing BOOLEAN,
+    reward_not_numeric BOOLEAN,
+    settings_id VARCHAR NOT NULL,
+    adapter_version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS training_attempts (
+    rollout_id VARCHAR NOT NULL,
+    attempt_id VARCHAR NOT NULL,
+    task_id VARCHAR,
+    mode VARCHAR,
+    spans INTEGER,
+    calls INTEGER,
+    selected INTEGER,
+    outside_agent INTEGER,
+    other_agent INTEGER,
+    in_reward INTEGER,
+    nested INTEGER,
+    gateway_only INTEGER,
+    span_only INTEGER,
+    paired INTEGER,
+    failed INTEGER,
+    no_token_ids INTEGER,
+    rewards INTEGER,
+    rewards_unmatched INTEGER,
+    rewards_unused INTEGER,
+    rewards_not_numeric INTEGER,
+    reward_copies_dropped INTEGER,
+    prefix_mismatches INTEGER,
+    triplets INTEGER,
+    trajectories INTEGER,
+    duplicate_spans INTEGER,
+    orphans INTEGER,
+    cycles_broken INTEGER,
+    resources_ids VARCHAR[],
+    settings_id VARCHAR NOT NULL,
+    adapter_version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS training_meta (
+    settings_id VARCHAR PRIMARY KEY,
+    adapter_version INTEGER NOT NULL,
+    settings JSON NOT NULL
+);
+
+-- name: training_clear
+-- Forget the training rows of the attempts about to be recomputed.
+DELETE FROM triplets USING batch
+WHERE triplets.rollout_id = batch.rollout_id AND triplets.attempt_id = batch.attempt_id;
+DELETE FROM trajectories USING batch
+WHERE trajectories.rollout_id = batch.rollout_id AND trajectories.attempt_id = batch.attempt_id;
+DELETE FROM training_attempts USING batch
+WHERE training_attempts.rollout_id = batch.rollout_id AND training_attempts.attempt_id = batch.attempt_id;
+
+-- name: training_spans
+-- The stored spans of the attempts in the batch, as the adapter reads them.
+SELECT s.rollout_id, s.attempt_id, s.seq, s.sequence_id, s.span_id, s.parent_id, s.name, s.attributes, s.status_code
+FROM spans AS s
+INNER JOIN batch AS b ON s.rollout_id = b.rollout_id AND s.attempt_id = b.attempt_id;
+
+-- name: training_calls
+-- The stored gateway model calls of the attempts in the batch.
+SELECT
+    c.rollout_id, c.attempt_id, c.seq, c.call_id, c.resources_id, c.model, c.response,
+    c.prompt_ids, c.response_ids, c.logprobs, c.status
+FROM model_calls AS c
+INNER JOIN batch AS b ON c.rollout_id = b.rollout_id AND c.attempt_id = b.attempt_id;
+
+-- name: training_rewards
+-- The stored reward events of the attempts in the batch.
+SELECT r.rollout_id, r.attempt_id, r.seq, r.event_id, r.value, r.dimensions, r.primary_key, r.call_id
+FROM rewards AS r
+INNER JOIN batch AS b ON r.rollout_id = b.rollout_id AND r.attempt_id = b.attempt_id;
+
+-- name: triplet_rows
+-- Add the adapter's triplets (one per selected model call).
+INSERT INTO triplets BY NAME SELECT * FROM batch;
+
+-- name: trajectory_rows
+-- Add the adapter's trajectory rows.
+INSERT INTO trajectories BY NAME SELECT * FROM batch;
+
+-- name: training_attempt_rows
+-- Add the adapter's per-attempt counts.
+INSERT INTO training_attempts BY NAME SELECT * FROM batch;
+
+-- name: training_settings
+-- Record the adapter settings (and code version) the training tables were built with.
+INSERT OR IGNORE INTO training_meta VALUES ($settings_id, $adapter_version, $settings);

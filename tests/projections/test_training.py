@@ -1,0 +1,74 @@
+"""Training tables on a real bus and real DuckDB files: live equals rebuilt, late telemetry is
+included, and a re-projection with other adapter settings changes the rewards without any agent."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import duckdb
+
+from voltbus.projections.adapter import AdapterSettings, settings_id
+from voltbus.projections.follow import ends_at, project
+from voltbus.projections.projector import Projector
+from voltbus.store import Store
+
+from .training_workload import write
+
+TABLES = {
+    "triplets": "rollout_id, attempt_id, call_index, choice_index",
+    "trajectories": "rollout_id, attempt_id, row_index",
+    "training_attempts": "rollout_id, attempt_id",
+    "training_meta": "settings_id",
+}
+
+
+def dump(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[object, ...]]]:
+    return {t: con.execute(f"SELECT * FROM {t} ORDER BY {k}").fetchall() for t, k in TABLES.items()}
+
+
+async def rebuild(store: Store, path: Path, adapter: AdapterSettings | None = None) -> duckdb.DuckDBPyConnection:
+    projector = Projector(path, adapter)
+    await project(projector, store.log, ends=await ends_at(store.log), batch_size=13)
+    projector.close()
+    return duckdb.connect(str(path), read_only=True)
+
+
+async def test_live_training_tables_equal_a_rebuild(store: Store, tmp_path: Path) -> None:
+    live = Projector(tmp_path / "live.duckdb")
+    stop, advanced = asyncio.Event(), asyncio.Event()
+    following = asyncio.create_task(
+        project(live, store.log, stop=stop, batch_size=5, max_wait=0.01, progress=lambda *_: advanced.set())
+    )
+    await write(store, 12)
+    ends = await ends_at(store.log)
+    async with asyncio.timeout(20):
+        while live.positions != ends:
+            await advanced.wait()
+            advanced.clear()
+    stop.set()
+    await following
+    live_tables = dump(live.con)
+    live.close()
+    with await rebuild(store, tmp_path / "rebuilt.duckdb") as con:
+        assert dump(con) == live_tables
+        counts = con.execute("SELECT count(*), sum(paired), sum(prefix_mismatches), sum(rewards) FROM training_attempts")
+        assert counts.fetchone() == (12, 36, 3, 24)  # runner span + gateway call counted once; 3 broken prefixes
+        rows = con.execute("SELECT count(*), count(DISTINCT task_id), bool_or(mixed_versions) FROM trajectories")
+        assert rows.fetchone() == (15, 4, True)
+        one = con.execute("SELECT response_mask, reward, dimensions FROM trajectories WHERE NOT after_mismatch LIMIT 1")
+        mask, reward, dims = one.fetchone()
+        assert mask[:3] == [1, 1, 0] and reward is not None and "correct" in dims
+
+
+async def test_reprojection_with_another_policy_changes_rewards_not_tokens(store: Store, tmp_path: Path) -> None:
+    await write(store, 6)
+    other = AdapterSettings(reward_policy="final_to_last", gamma=0.5, aggregation="call")
+    with await rebuild(store, tmp_path / "a.duckdb") as a, await rebuild(store, tmp_path / "b.duckdb", other) as b:
+        query = "SELECT call_id, response_ids, reward, return_value, settings_id FROM triplets ORDER BY call_id"
+        first, second = a.execute(query).fetchall(), b.execute(query).fetchall()
+        assert [r[:2] for r in first] == [r[:2] for r in second]  # same calls, same tokens
+        assert [r[2] for r in first] != [r[2] for r in second]  # other rewards
+        assert {r[4] for r in second} == {settings_id(other)}
+        assert b.execute("SELECT count(*) FROM trajectories").fetchone() == (18,)  # one row per call
+        assert b.execute("SELECT settings_id FROM training_meta").fetchall() == [(settings_id(other),)]

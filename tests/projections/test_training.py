@@ -52,8 +52,8 @@ async def test_live_training_tables_equal_a_rebuild(store: Store, tmp_path: Path
     live.close()
     with await rebuild(store, tmp_path / "rebuilt.duckdb") as con:
         assert dump(con) == live_tables
-        counts = con.execute("SELECT count(*), sum(paired), sum(prefix_mismatches), sum(rewards) FROM training_attempts")
-        assert counts.fetchone() == (12, 36, 3, 24)  # runner span + gateway call counted once; 3 broken prefixes
+        sums = "SELECT count(*), sum(paired), sum(prefix_mismatches), sum(rewards) FROM training_attempts"
+        assert con.execute(sums).fetchone() == (12, 36, 3, 24)  # each call counted once; 3 broken prefixes
         rows = con.execute("SELECT count(*), count(DISTINCT task_id), bool_or(mixed_versions) FROM trajectories")
         assert rows.fetchone() == (15, 4, True)
         one = con.execute("SELECT response_mask, reward, dimensions FROM trajectories WHERE NOT after_mismatch LIMIT 1")

@@ -1,0 +1,1 @@
+"""The learner: algorithms (GRPO on CPU torch, APO, baseline) driven as one more consumer of the log."""

@@ -26,7 +26,7 @@ from .rows import Row, activity_key, control_row, rollout_rows, telemetry_row
 
 log = logging.getLogger(__name__)
 
-PROJECTION_VERSION = 3
+PROJECTION_VERSION = 4
 """Bump when tables or row mapping change: an older database is then rebuilt from the log."""
 STREAMS = ("control", "spans")
 KEYS = {"WorkerStatusReported": ("worker_id",), "ResourcesPublished": ("resources_id",), "RunStarted": ("run_id",)}

@@ -13,7 +13,7 @@ import msgspec
 from voltbus.schemas.gateway import GatewayPaused, GatewayResumed
 from voltbus.schemas.resources import ResourcesPublished
 from voltbus.schemas.spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanRecorded
-from voltbus.schemas.training import CheckpointSaved, RunFinished, RunStarted, StepCompleted
+from voltbus.schemas.training import CheckpointSaved, RunFinished, RunStarted, StepCompleted, StepStarted
 from voltbus.schemas.workers import WorkerStatusReported
 from voltbus.services.eventlog import Envelope
 from voltbus.services.lifecycle import RolloutState
@@ -164,6 +164,15 @@ def control_row(env: Envelope) -> tuple[str, Row] | None:
                 "started_at": e.at,
                 "finished_at": None,
                 "seq": seq,
+            }
+        case StepStarted():
+            return "StepStarted", {
+                "seq": seq,
+                "run_id": e.run_id,
+                "step": e.step,
+                "resources_id": e.resources_id,
+                "rollout_ids": e.rollout_ids,
+                "recorded_at": e.at,
             }
         case StepCompleted():
             return "StepCompleted", {

@@ -1,5 +1,5 @@
 -- name: schema
--- Training runs, their steps' metrics and saved checkpoints.
+-- Training runs, their steps' batches and metrics, and saved checkpoints.
 CREATE TABLE IF NOT EXISTS runs (
     run_id VARCHAR PRIMARY KEY,
     algorithm VARCHAR,
@@ -18,6 +18,14 @@ CREATE TABLE IF NOT EXISTS steps (
     resources_id VARCHAR,
     recorded_at DOUBLE
 );
+CREATE TABLE IF NOT EXISTS step_batches (
+    seq BIGINT NOT NULL,
+    run_id VARCHAR NOT NULL,
+    step INTEGER NOT NULL,
+    resources_id VARCHAR,
+    rollout_ids VARCHAR[],
+    recorded_at DOUBLE
+);
 CREATE TABLE IF NOT EXISTS run_checkpoints (
     seq BIGINT NOT NULL,
     run_id VARCHAR NOT NULL,
@@ -30,6 +38,10 @@ CREATE TABLE IF NOT EXISTS run_checkpoints (
 -- name: RunStarted
 -- Create the run's row.
 INSERT OR REPLACE INTO runs BY NAME SELECT * FROM batch;
+
+-- name: StepStarted
+-- Append each step's batch: the policy version it samples with and its rollouts.
+INSERT INTO step_batches BY NAME SELECT * FROM batch;
 
 -- name: StepCompleted
 -- Append each step's metrics.

@@ -130,6 +130,7 @@ from .training import (
     RunStarted,
     Step,
     StepCompleted,
+    StepStarted,
     TrainingEvent,
 )
 from .workers import (
@@ -218,6 +219,7 @@ __all__ = [
     "StartRollout",
     "Step",
     "StepCompleted",
+    "StepStarted",
     "StreamConfigMismatch",
     "Timestamp",
     "TokenCount",

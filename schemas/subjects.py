@@ -28,7 +28,7 @@ from .gateway import GatewayPaused, GatewayResumed
 from .resources import ResourcesPublished
 from .rollouts import RolloutEvent, RolloutQueued, RolloutRequeued
 from .spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanRecorded
-from .training import CheckpointSaved, RunFinished, RunStarted, StepCompleted
+from .training import CheckpointSaved, RunFinished, RunStarted, StepCompleted, StepStarted
 from .workers import WorkerStatusReported
 
 _ROLLOUT_EVENTS: tuple[type, ...] = typing.get_args(RolloutEvent)
@@ -161,7 +161,7 @@ def subject_for(topology: Topology, event: AnyEvent) -> str:
             return topology.rollout_events(event.rollout_id)
         case ResourcesPublished():
             return topology.resources(event.name)
-        case RunStarted() | StepCompleted() | CheckpointSaved() | RunFinished():
+        case RunStarted() | StepStarted() | StepCompleted() | CheckpointSaved() | RunFinished():
             return topology.run(event.run_id)
         case WorkerStatusReported():
             return topology.worker(event.worker_id)

@@ -26,6 +26,24 @@ class RunStarted(Event, frozen=True, kw_only=True):
     """When the run started."""
 
 
+class StepStarted(Event, frozen=True, kw_only=True):
+    """The learner began a step: the policy version its batch samples with, and the batch's rollouts.
+
+    A learner that restarts finds the step it was in and waits for these rollouts instead of
+    enqueueing a second batch."""
+
+    run_id: Id
+    """The run."""
+    step: Step
+    """The step begun."""
+    resources_id: Id | None = None
+    """The resources version (pinned ``<bundle>:<version>``) the batch samples with."""
+    rollout_ids: list[Id] = []
+    """The rollouts of the step's batch, in enqueue order."""
+    at: Timestamp
+    """When the step began."""
+
+
 class StepCompleted(Event, frozen=True, kw_only=True):
     """The learner finished one update step."""
 
@@ -69,5 +87,5 @@ class RunFinished(Event, frozen=True, kw_only=True):
     """When it ended."""
 
 
-TrainingEvent = RunStarted | StepCompleted | CheckpointSaved | RunFinished
+TrainingEvent = RunStarted | StepStarted | StepCompleted | CheckpointSaved | RunFinished
 """Every event on a run's subject."""

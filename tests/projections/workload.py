@@ -9,7 +9,7 @@ from voltbus.schemas.gateway import GatewayPaused, GatewayResumed
 from voltbus.schemas.resources import LLM, PromptTemplate
 from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.schemas.spans import ModelCalled, RewardReported, SampledChoice, SpanRecorded, SpanStatus, Usage
-from voltbus.schemas.training import RunFinished, RunStarted, StepCompleted
+from voltbus.schemas.training import RunFinished, RunStarted, StepCompleted, StepStarted
 from voltbus.store import EnqueueRolloutRequest, Store
 
 
@@ -88,6 +88,8 @@ async def write(store: Store, rollouts: int, tag: str = "w") -> list[str]:
             )
         ]
     )
+    started = StepStarted(event_id=derive_id(run, "s1"), run_id=run, step=1, rollout_ids=["ro-1", "ro-2"], at=1.5)
+    await store.log.append([started])
     await store.log.append(
         [StepCompleted(event_id=derive_id(run, 1), run_id=run, step=1, metrics={"reward/mean": 0.5}, at=2.0)]
     )

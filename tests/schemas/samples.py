@@ -40,6 +40,7 @@ from voltbus.schemas import (
     SpanRecorded,
     SpanStatus,
     StepCompleted,
+    StepStarted,
     Usage,
     WeightsRef,
     WorkerStatusReported,
@@ -170,6 +171,14 @@ _events: list[AnyEvent] = [
         algorithm="grpo",
         config=_json({"lr": 1e-6, "group_size": 8, "kl_coef": 0.0}),
         at=T0 - 120,
+    ),
+    StepStarted(
+        event_id=derive_id("run-1", "started", 20),
+        run_id="run-1",
+        step=20,
+        resources_id="rs-3:20",
+        rollout_ids=["ro-7f3a", "ro-7f3b"],
+        at=T0 - 90,
     ),
     StepCompleted(
         event_id=derive_id("run-1", "step", 20),

@@ -14,10 +14,12 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import torch
 import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from voltbus.model import load_model_dir
 from voltbus.services.natsserver import check_port
 from voltbus.services.settings import Settings
 
@@ -50,11 +52,11 @@ def routes() -> list[Route]:
 
 def load(settings: Settings) -> Served:
     """Load the model directory named in the settings (blocking: call it off the event loop)."""
-    from voltbus.model import load_model_dir  # torch and transformers load here, not at import
-
     cfg = settings.inference
     if cfg.model_dir is None:
         raise ValueError("no model directory: pass --model DIR or set VOLTBUS_INFERENCE__MODEL_DIR")
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
     model, tok = load_model_dir(cfg.model_dir, cfg.device)
     limit = model.config.max_position_embeddings
     cfg = cfg.model_copy(update={"max_model_len": min(cfg.max_model_len or limit, limit)})

@@ -62,3 +62,15 @@ async def test_bench_gateway(tmp_path: Path) -> None:
     assert {f"gw_{s}c{n}" for s in ("", "stream_") for n in (1, 16, 64)} <= cases
     for f in figures:
         assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f
+
+
+@pytest.mark.timeout(600)
+async def test_bench_inference(tmp_path: Path) -> None:
+    """CPU inference server tokens/s at 1/16/64 concurrent requests vs raw model.generate: prints, appends rows."""
+    from tests.benchmarks import bench_inference
+
+    figures = await bench_inference.run(bench_inference.Options(), tmp_path)
+    cases = {f.case for f in figures}
+    assert {"server_c1", "server_c16", "server_c64", "server_n16", "loop_b1", "loop_b64"} <= cases
+    for f in figures:
+        assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f

@@ -15,6 +15,15 @@ from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
+def _url_list(value: object) -> object:
+    """Accept a JSON list or a comma-separated string (from the environment) as well as a list."""
+    if isinstance(value, str):
+        if value.strip().startswith("["):
+            return json.loads(value)
+        return [u.strip() for u in value.split(",") if u.strip()]
+    return value
+
+
 def default_data_dir() -> Path:
     """Where the embedded bus keeps its store unless told otherwise."""
     return Path(platformdirs.user_data_dir("voltbus")) / "nats"
@@ -183,12 +192,7 @@ class GatewaySettings(BaseModel):
     @field_validator("upstream_urls", mode="before")
     @classmethod
     def _split_urls(cls, value: object) -> object:
-        """Accept a JSON list or a comma-separated string (from the environment) as well as a list."""
-        if isinstance(value, str):
-            if value.strip().startswith("["):
-                return json.loads(value)
-            return [u.strip() for u in value.split(",") if u.strip()]
-        return value
+        return _url_list(value)
 
     @property
     def engines(self) -> list[str]:
@@ -246,6 +250,52 @@ class InferenceSettings(BaseModel):
     """Seconds before the resources follower starts again after a failure."""
 
 
+class LearnerSettings(BaseModel):
+    """The learner (``voltbus learner``): the training loop, run as one more consumer of the log."""
+
+    run_id: str | None = None
+    """The run to start or resume (a subject token); None: a fresh ``run-<hex>``. A learner started
+    again with the same id continues after the run's last completed step."""
+    model_dir: Path | None = None
+    """The policy's starting model directory (``voltbus model init``); its weights are version 1."""
+    served_model_name: str = "policy"
+    """The model name inference servers serve the policy under (their ``served_model_name``)."""
+    gateway_url: str = "http://127.0.0.1:8766/v1"
+    """The gateway agents call; published as the policy's ``ProxyLLM`` endpoint."""
+    weights_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("voltbus")) / "weights")
+    """Where each version's weights and the optimizer state are written (a path inference servers can read)."""
+    inference_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Inference servers (without ``/v1``) to wait for until they serve a new version; empty: don't wait."""
+    steps: int = Field(default=20, ge=1)
+    """Learner steps of the run."""
+    tasks_per_step: int = Field(default=16, ge=1)
+    """Distinct tasks per step's batch."""
+    group_size: int = Field(default=8, ge=1)
+    """Rollouts per task (the GRPO group)."""
+    lr: float = Field(default=1e-4, gt=0)
+    """AdamW learning rate (1e-3 collapses the tiny model's policy; measured)."""
+    epochs: int = Field(default=1, ge=1)
+    """Optimizer steps per batch (PPO epochs)."""
+    clip: float = Field(default=0.2, gt=0)
+    """PPO clip range."""
+    kl_coef: float = Field(default=0.0, ge=0)
+    """Weight of the KL to the starting policy; 0 skips the reference model."""
+    max_staleness: int = Field(default=1, ge=0)
+    """Rows sampled more than this many versions before the one being trained are dropped (and counted)."""
+    overlap: bool = False
+    """Async mode: enqueue the next step's batch before training on this one, so runners keep sampling
+    (with the previous version: staleness 1) while the learner trains."""
+    rollout_timeout_s: float = Field(default=600.0, gt=0)
+    """Longest wait for one step's batch to finish."""
+    seed: int = 0
+    """Seed of task order and of torch."""
+
+    @field_validator("inference_urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value: object) -> object:
+        return _url_list(value)
+
+
 class Settings(BaseSettings):
     """Every voltbus setting, one nested section per concern."""
 
@@ -265,5 +315,7 @@ class Settings(BaseSettings):
     """Gateway settings."""
     inference: InferenceSettings = Field(default_factory=InferenceSettings)
     """CPU inference server settings."""
+    learner: LearnerSettings = Field(default_factory=LearnerSettings)
+    """Learner settings."""
     log_level: str = "INFO"
     """Logging level for every service."""

@@ -1,0 +1,76 @@
+"""From a finished batch's SQL rows to what GRPO trains on: rows, one reward and one group per rollout,
+and the counts of everything left out (stale, without logprobs, without a reward)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .grpo import Row
+
+
+def version_number(resources_id: str | None) -> int | None:
+    """The version of a pinned resources id (``run-1:3`` → 3); None when it names none.
+
+    >>> version_number("run-1:3"), version_number("local:abc"), version_number(None)
+    (3, None, None)
+    """
+    if not resources_id or ":" not in resources_id:
+        return None
+    tail = resources_id.rsplit(":", 1)[1]
+    return int(tail) if tail.isdigit() else None
+
+
+@dataclass
+class Prepared:
+    """A batch ready to train on, and what was counted on the way."""
+
+    rows: list[Row] = field(default_factory=list)
+    rewards: dict[str, float] = field(default_factory=dict)
+    groups: dict[str, str] = field(default_factory=dict)
+    counts: dict[str, float] = field(default_factory=dict)
+
+
+def prepare(
+    records: Sequence[dict[str, Any]], rollout_ids: Sequence[str], version: int, max_staleness: int
+) -> Prepared:
+    """Keep rows sampled at most ``max_staleness`` versions before ``version`` and with logprobs; a
+    rollout's reward is its first row's (the return at its first call), 0.0 when missing (counted).
+
+    >>> recs = [dict(rollout_id="a", task_id="t", prompt_ids=[1], response_ids=[2], response_mask=[1],
+    ...              logprobs=[-0.5], reward=1.0, resources_ids=["run:3"], row_index=0)]
+    >>> p = prepare(recs, ["a", "b"], version=3, max_staleness=1)
+    >>> p.rewards, p.counts["rollouts_without_rows"], p.counts["staleness_max"]
+    ({'a': 1.0}, 1.0, 0.0)
+    >>> prepare(recs, ["a"], version=5, max_staleness=1).counts["rows_dropped_stale"]
+    1.0
+    """
+    out = Prepared()
+    counts = dict.fromkeys(("rows_dropped_stale", "rows_without_logprobs", "reward_missing", "rows"), 0.0)
+    staleness: list[int] = []
+    for rec in records:
+        rid = rec["rollout_id"]
+        versions = [v for v in (version_number(r) for r in rec.get("resources_ids") or []) if v is not None]
+        lag = version - min(versions) if versions else 0
+        if lag > max_staleness:
+            counts["rows_dropped_stale"] += 1
+            continue
+        if rec.get("logprobs") is None:
+            counts["rows_without_logprobs"] += 1
+            continue
+        staleness.append(lag)
+        if rid not in out.rewards:
+            reward = rec.get("reward")
+            counts["reward_missing"] += reward is None
+            out.rewards[rid] = float(reward) if reward is not None else 0.0
+            out.groups[rid] = str(rec.get("task_id") or rid)
+        row = Row(rid, rec["prompt_ids"], rec["response_ids"], rec["response_mask"], rec["logprobs"])
+        out.rows.append(row)
+    counts["rows"] = float(len(out.rows))
+    counts["rollouts_trained"] = float(len(out.rewards))
+    counts["rollouts_without_rows"] = float(len(set(rollout_ids) - {r["rollout_id"] for r in records}))
+    counts["staleness_max"] = float(max(staleness, default=0))
+    counts["staleness_mean"] = sum(staleness) / len(staleness) if staleness else 0.0
+    out.counts = counts
+    return out

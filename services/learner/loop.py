@@ -1,0 +1,169 @@
+"""The GRPO training loop against the bus, one step at a time:
+
+publish version v → enqueue the step's batch (``group_size`` rollouts per task) → wait until it
+finished → read its training rows by SQL → GRPO update → save version v+1 → publish it (inference
+servers following the bus swap to it) → record the step. With ``overlap`` the next step's batch is
+enqueued before the update, so runners keep sampling with v while the learner trains (staleness 1,
+bounded by ``max_staleness``). A learner started again on the same run continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from voltbus.schemas.resources import ProxyLLM, WeightsRef
+from voltbus.schemas.training import StepStarted
+from voltbus.services.settings import LearnerSettings
+from voltbus.store import EnqueueRolloutRequest
+
+from .batch import prepare, version_number
+from .grpo import group_advantages, update
+from .policy import Policy, initial_weights
+from .session import LearnerError, Session
+
+log = logging.getLogger(__name__)
+
+ROWS_SQL = (Path(__file__).parent / "batch_rows.sql").read_text()
+
+
+class GRPO:
+    """Group-relative policy optimization of the served policy, on CPU torch."""
+
+    name = "grpo"
+
+    def __init__(self, settings: LearnerSettings, resources: dict[str, Any] | None = None) -> None:
+        self.settings = settings
+        self.extra = dict(resources or {})
+        """Other resources published with every version (a prompt template, tools)."""
+
+    def requests(self, run_id: str, step: int, tasks: Sequence[Any], resources_id: str) -> list[EnqueueRolloutRequest]:
+        """The step's batch: ``tasks_per_step`` tasks (seeded by step), each ``group_size`` times."""
+        s = self.settings
+        rng = random.Random(f"{s.seed}:{step}")
+        chosen = rng.sample(list(tasks), s.tasks_per_step) if len(tasks) >= s.tasks_per_step else list(tasks)
+        return [
+            EnqueueRolloutRequest(
+                input=task, mode="train", resources_id=resources_id, metadata={"task_id": f"{run_id}:{step}:{i}"}
+            )
+            for i, task in enumerate(chosen)
+            for _ in range(s.group_size)
+        ]
+
+    async def publish(self, session: Session, weights: Path, sha256: str) -> str:
+        """Publish a version naming these weights (reusing the bundle's latest if it already names them)."""
+        latest = await session.store.get_resources_by_id(session.run_id)
+        if latest is not None:
+            llm = latest.resources.get("main_llm")
+            if isinstance(llm, ProxyLLM) and llm.weights is not None and llm.weights.sha256 == sha256:
+                return f"{session.run_id}:{latest.version}"
+        s = self.settings
+        llm = ProxyLLM(
+            endpoint=s.gateway_url, model=s.served_model_name, weights=WeightsRef(uri=str(weights), sha256=sha256)
+        )
+        update_ = await session.store.update_resources(session.run_id, {**self.extra, "main_llm": llm})
+        return f"{session.run_id}:{update_.version}"
+
+    async def served(self, resources_id: str, timeout: float = 120.0) -> None:
+        """Wait until every configured inference server reports ``resources_id`` (a warning at the deadline)."""
+        deadline = time.monotonic() + timeout
+        async with httpx.AsyncClient(timeout=5) as http:
+            for url in self.settings.inference_urls:
+                while True:
+                    try:
+                        serving = (await http.get(f"{url.rstrip('/')}/healthz")).json().get("weight_version")
+                    except (httpx.HTTPError, ValueError):
+                        serving = None
+                    if serving == resources_id:
+                        break
+                    if time.monotonic() > deadline:
+                        log.warning("learner: %s still serves %s, not %s", url, serving, resources_id)
+                        break
+                    await asyncio.sleep(0.05)
+
+    async def run(self, session: Session, tasks: Sequence[Any], say: Callable[[str], None] = log.info) -> None:
+        """Train for ``settings.steps`` steps (continuing a run that stopped), then finish the run."""
+        s = self.settings
+        if not tasks:
+            raise LearnerError("the training dataset is empty")
+        history = await session.open(self.name, s.model_dump(mode="json"))
+        first = history.next_step
+        checkpoint = history.checkpoints.get(first - 1)
+        policy = Policy.load(s, Path(checkpoint.uri) if checkpoint else None)
+        if first > 0:
+            resources_id = history.completed[first - 1].resources_id or ""
+            say(f"resuming run {session.run_id} at step {first} with {resources_id}")
+        else:
+            resources_id = await self.publish(session, *initial_weights(s))
+        await self.served(resources_id)
+        pending: StepStarted | None = None
+
+        async def begin(step: int, version: str) -> StepStarted:
+            found = history.open_batch(step)
+            return found or await session.begin_step(step, version, self.requests(session.run_id, step, tasks, version))
+
+        for step in range(first, s.steps):
+            batch = pending or await begin(step, resources_id)
+            ahead = (lambda n=step + 1, v=resources_id: begin(n, v)) if s.overlap and step + 1 < s.steps else None
+            resources_id, metrics, pending = await self.step(session, policy, batch, resources_id, ahead)
+            say(
+                f"step {step + 1}/{s.steps}: reward {metrics['reward_mean']:.3f} ± {metrics['reward_std']:.3f} "
+                f"over {int(metrics['rollouts_trained'])} rollouts, {int(metrics['tokens'])} tokens, "
+                f"published {resources_id} ({metrics['time_step_s']:.1f}s)"
+            )
+        await session.finish("succeeded")
+
+    async def step(
+        self,
+        session: Session,
+        policy: Policy,
+        batch: StepStarted,
+        resources_id: str,
+        ahead: Callable[[], Awaitable[StepStarted]] | None = None,
+    ) -> tuple[str, dict[str, float], StepStarted | None]:
+        """One step on ``batch`` (``ahead`` enqueues the next batch before the update); returns the
+        version published, the step's metrics, and the next batch if it was enqueued."""
+        s, started = self.settings, time.monotonic()
+        await session.wait(batch, s.rollout_timeout_s)
+        sampled = time.monotonic()
+        following = await ahead() if ahead is not None else None
+        table = await session.query(ROWS_SQL, {"rollouts": batch.rollout_ids})
+        queried = time.monotonic()
+        version = version_number(resources_id) or 0
+        data = prepare(table.to_pylist(), batch.rollout_ids, version, s.max_staleness)
+        if not data.rows:
+            raise LearnerError(f"step {batch.step}: no trainable rows (see `voltbus data check`): {data.counts}")
+        advantages = group_advantages(data.rewards, data.groups)
+        stats = await asyncio.to_thread(
+            update, policy.model, policy.optimizer, data.rows, advantages, policy.tok.pad_token_id,
+            epochs=s.epochs, clip=s.clip, ref_model=policy.reference, kl_coef=s.kl_coef,
+        )  # fmt: skip
+        updated = time.monotonic()
+        weights, sha = await asyncio.to_thread(policy.save, session.run_id, batch.step)
+        await session.checkpoint(batch.step, str(weights.parent), sha)
+        published = await self.publish(session, weights, sha)
+        await self.served(published)
+        rewards, adv = list(data.rewards.values()), list(advantages.values())
+        metrics = {
+            **data.counts,
+            **stats,
+            "reward_mean": statistics.fmean(rewards),
+            "reward_std": statistics.pstdev(rewards),
+            "advantage_abs_mean": statistics.fmean(abs(a) for a in adv),
+            "advantage_std": statistics.pstdev(adv),
+            "time_sample_s": sampled - started,
+            "time_query_s": queried - sampled,
+            "time_update_s": updated - queried,
+            "time_swap_s": time.monotonic() - updated,
+            "time_step_s": time.monotonic() - started,
+        }
+        await session.complete_step(batch.step, metrics, published)
+        return published, metrics, following

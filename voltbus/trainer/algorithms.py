@@ -1,0 +1,117 @@
+"""The algorithms ``Trainer`` runs: ``GRPO`` (the CPU torch learner through the whole system) and
+``Baseline`` (the tasks once with fixed resources: evaluation, data collection). Importing this
+module never loads torch; ``GRPO.fit`` does."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from voltbus.services.learner.session import LearnerError, Session, new_run_id
+from voltbus.services.settings import LearnerSettings, Settings
+from voltbus.store import EnqueueRolloutRequest, connect
+
+from .system import local_system
+
+if TYPE_CHECKING:
+    from . import Trainer
+
+EVAL_SQL = (Path(__file__).parent / "eval_rewards.sql").read_text()
+
+
+@asynccontextmanager
+async def bus(settings: Settings, say: Callable[[str], None]) -> AsyncIterator[Settings]:
+    """The configured bus if one answers, else an embedded one for the duration."""
+    from voltbus.services.demo import _answers, start_embedded
+
+    if await _answers(settings):
+        yield settings
+        return
+    server = start_embedded(settings, say)
+    try:
+        yield settings.model_copy(update={"nats": settings.nats.model_copy(update={"url": server.url})})
+    finally:
+        server.stop()
+
+
+async def evaluate(session: Session, tasks: Sequence[Any], mode: str, resources_id: str | None) -> dict[str, float]:
+    """Run ``tasks`` once in ``mode`` with ``resources_id``; mean reward (0 for a rollout without one)."""
+    requests = [EnqueueRolloutRequest(input=t, mode=mode, resources_id=resources_id) for t in tasks]
+    rollouts = await session.store.enqueue_many_rollouts(requests)
+    ids = [r.rollout_id for r in rollouts]
+    done = await session.store.wait_for_rollouts(rollout_ids=ids, timeout=600)
+    if len(done) < len(ids):
+        raise LearnerError(f"evaluation: {len(ids) - len(done)} of {len(ids)} rollouts did not finish in 600 s")
+    [row] = (await session.query(EVAL_SQL, {"rollouts": ids})).to_pylist()
+    return {"mean_reward": float(row["mean_reward"] or 0.0), "rollouts": float(row["rollouts"])}
+
+
+class GRPO:
+    """GRPO on the CPU model: ``GRPO(model_dir=..., steps=20, tasks_per_step=16, group_size=8, lr=1e-4)``;
+    any ``LearnerSettings`` field may be given."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.overrides = dict(settings)
+        LearnerSettings(**self.overrides)  # fail here, not after the system started, on a bad setting
+        self.result: dict[str, Any] = {}
+
+    async def fit(self, trainer: Trainer, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
+        """Train; evaluate on ``val`` before and after when given; returns the run id and the evaluations."""
+        from voltbus.services.learner.loop import GRPO as Loop  # torch is needed from here on
+
+        base = trainer.settings.model_copy(deep=True)
+        base.learner = base.learner.model_copy(update=self.overrides)
+        run_id = base.learner.run_id or new_run_id()
+        async with bus(base, trainer.say) as settings, local_system(settings, agent, trainer.n_runners) as wired:
+            store = await connect(settings=wired.nats, name="voltbus-learner")
+            try:
+                session = Session(store, run_id, wired.projector.url)
+                loop = Loop(wired.learner, trainer.initial_resources)
+                before = await self._evaluate(session, val, loop, None, trainer.say)
+                await loop.run(session, train, trainer.say)
+                latest = await store.get_resources_by_id(run_id)
+                after = await self._evaluate(session, val, loop, latest, trainer.say)
+            finally:
+                await store.close()
+        self.result = {"run_id": run_id, "before": before, "after": after, "namespace": wired.nats.namespace}
+        return self.result
+
+    @staticmethod
+    async def _evaluate(session: Session, val: list[Any], loop: Any, latest: Any, say: Callable[[str], None]) -> Any:
+        if not val:
+            return None
+        resources_id = f"{session.run_id}:{latest.version}" if latest is not None else None
+        if resources_id is None:  # before training: the starting weights, published as the run's version 1
+            from voltbus.services.learner.policy import initial_weights
+
+            resources_id = await loop.publish(session, *initial_weights(loop.settings))
+            await loop.served(resources_id)
+        result = await evaluate(session, val, "val", resources_id)
+        say(f"validation with {resources_id}: mean reward {result['mean_reward']:.3f} over {int(result['rollouts'])}")
+        return result
+
+
+class Baseline:
+    """Run the tasks once with fixed resources (``Trainer(initial_resources=...)``); returns the mean reward."""
+
+    async def fit(self, trainer: Trainer, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
+        """Evaluate ``train`` (and ``val``) with the trainer's initial resources."""
+        async with (
+            bus(trainer.settings, trainer.say) as settings,
+            local_system(settings, agent, trainer.n_runners) as s,
+        ):
+            store = await connect(settings=s.nats, name="voltbus-baseline")
+            try:
+                session = Session(store, f"baseline-{uuid.uuid4().hex[:8]}", s.projector.url)
+                published = await store.add_resources(trainer.initial_resources) if trainer.initial_resources else None
+                pinned = f"{published.resources_id}:{published.version}" if published else None
+                out = {"train": await evaluate(session, train, "train", pinned)}
+                if val:
+                    out["val"] = await evaluate(session, val, "val", pinned)
+            finally:
+                await store.close()
+        trainer.say(f"baseline: {out}")
+        return out

@@ -1,0 +1,103 @@
+"""The whole system in one process, for ``Trainer.fit`` and the demo: coordinator, projector, CPU
+inference server (following published versions), gateway, and a runner with the user's agent, each
+on free loopback ports, all on the bus the settings name. Every part is the real service; only the
+process boundary is gone. ``voltbus up`` runs the same parts as separate processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from voltbus.services.coordinator.app import run as run_coordinator
+from voltbus.services.gateway import build_app as gateway_app
+from voltbus.services.projector.app import run as run_projector
+from voltbus.services.runner.app import Runner
+from voltbus.services.settings import Settings
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@asynccontextmanager
+async def serving(app: Any, port: int) -> AsyncIterator[str]:
+    """Serve an ASGI app with uvicorn on ``port`` (lifespan on); yields its base URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    while not server.started and not task.done():  # noqa: ASYNC110
+        await asyncio.sleep(0.01)  # uvicorn offers no start-up event
+    if task.done():
+        await task
+        raise RuntimeError(f"a server on port {port} did not start")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+def local_settings(settings: Settings, model_dir: Path | None, model_name: str, work: Path) -> Settings:
+    """``settings`` with every service on a free loopback port, wired to each other."""
+    inference, gateway, projector = free_port(), free_port(), free_port()
+    s = settings.model_copy(deep=True)
+    s.projector = s.projector.model_copy(
+        update={"port": projector, "url": f"http://127.0.0.1:{projector}", "db": work / "projection.duckdb"}
+    )  # noqa: E501
+    s.inference = s.inference.model_copy(
+        update={"model_dir": model_dir, "served_model_name": model_name, "port": inference, "follow_resources": True}
+    )
+    s.gateway = s.gateway.model_copy(update={"port": gateway, "upstream_url": f"http://127.0.0.1:{inference}/v1"})
+    s.learner = s.learner.model_copy(
+        update={
+            "model_dir": model_dir,
+            "served_model_name": model_name,
+            "gateway_url": f"http://127.0.0.1:{gateway}/v1",
+            "inference_urls": [f"http://127.0.0.1:{inference}"],
+            "weights_dir": s.learner.weights_dir
+            if "weights_dir" in settings.learner.model_fields_set
+            else work / "weights",
+        }
+    )
+    return s
+
+
+@asynccontextmanager
+async def local_system(settings: Settings, agent: Any, n_runners: int = 8) -> AsyncIterator[Settings]:
+    """Run every service but the learner in this process until the block ends; yields the wired settings.
+    Without ``learner.model_dir`` there is no model to serve: no inference server and no gateway."""
+    cfg = settings.learner
+    work = Path(tempfile.mkdtemp(prefix="voltbus-run-"))
+    s = local_settings(settings, cfg.model_dir, cfg.served_model_name, work)
+    s.runner = s.runner.model_copy(update={"slots": n_runners, "claim_wait_s": 0.2})
+    stop = asyncio.Event()
+    async with AsyncExitStack() as stack:
+        tasks: list[asyncio.Task[None]] = [asyncio.create_task(run_coordinator(s, stop))]
+        ready = asyncio.Event()
+        tasks.append(asyncio.create_task(run_projector(s, stop, ready)))
+        await asyncio.wait_for(ready.wait(), 60)
+        if cfg.model_dir is not None:
+            from voltbus.services.inference import build_app as inference_app  # needs torch: only when used
+
+            await stack.enter_async_context(serving(inference_app(s), s.inference.port))
+            await stack.enter_async_context(serving(gateway_app(s), s.gateway.port))
+        runner = await stack.enter_async_context(Runner(s, agent))
+        tasks.append(asyncio.create_task(runner.run(stop)))
+        try:
+            yield s
+        finally:
+            stop.set()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task

@@ -109,7 +109,8 @@ def test_schemas_export_writes_the_catalog(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "command",
-    ["nats", "check", "demo", "streams", "schemas", "coordinator", "projector", "sql", "replay", "export", "runner"],
+    ["nats", "check", "demo", "streams", "schemas", "coordinator", "projector", "sql", "replay", "export", "runner"]
+    + ["reproject", "data", "export-training"],
 )
 def test_every_command_has_help(command: str) -> None:
     result = run(command, "--help")

@@ -28,6 +28,8 @@ schemas_app = typer.Typer(help="The event contract.", no_args_is_help=True)
 app.add_typer(schemas_app, name="schemas")
 model_app = typer.Typer(help="Tiny local models for the CPU path (needs voltbus[learn]).", no_args_is_help=True)
 app.add_typer(model_app, name="model")
+data_app = typer.Typer(help="Training data: quality checks.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
 
 NatsUrl = Annotated[str | None, typer.Option("--nats-url", help="NATS URL [env: VOLTBUS_NATS__URL]")]
 
@@ -173,6 +175,51 @@ def replay(
 
     until = parse_time(to_time) if to_time else None
     rebuild_sync(settings_for(nats_url), db, say, to_seq=to_seq, to_time=until, from_seq=from_seq)
+
+
+@app.command()
+def reproject(
+    adapter: Annotated[str, typer.Option("--adapter", help="adapter settings: a JSON object or a .json/.toml file")],
+    db: Annotated[Path, typer.Option("--db", help="the NEW DuckDB file to build")],
+    force: Annotated[bool, typer.Option(help="replace an existing file (never one a projector holds)")] = False,
+    nats_url: NatsUrl = None,
+) -> None:
+    """Rebuild the training tables from the log with other adapter settings (every other table comes along)."""
+    from voltbus.services.projector.reproject import reproject_sync
+
+    reproject_sync(settings_for(nats_url), db, adapter, force, say)
+
+
+@data_app.command("check")
+def data_check(
+    db: Annotated[Path | None, typer.Option("--db", help="check this file (no projector may hold it)")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="report, table, csv, json or parquet")] = "report",
+    out: Annotated[Path | None, typer.Option("--out", help="write the rows here")] = None,
+    strict: Annotated[bool, typer.Option(help="exit 1 when any problem count is not zero")] = False,
+) -> None:
+    """What would silently weaken training, per run, mode and resources version (the data_quality view)."""
+    from voltbus.services.projector.quality import check_data
+
+    check_data(settings_for(), db, fmt, out, strict, typer.echo)
+
+
+@app.command("export-training")
+def export_training(
+    to: Annotated[Path, typer.Option("--to", help="the file to write")],
+    fmt: Annotated[str, typer.Option("--format", help="parquet (every column) or jsonl (OpenAI fine-tuning)")],
+    table: Annotated[str, typer.Option(help="triplets or trajectories")] = "triplets",
+    where: Annotated[str | None, typer.Option(help="SQL condition on the table's columns")] = None,
+    run: Annotated[str | None, typer.Option(help="rollouts pinned to versions this run published")] = None,
+    mode: Annotated[str | None, typer.Option(help="train, val or test")] = None,
+    versions: Annotated[str | None, typer.Option(help="resources version N or LOW..HIGH")] = None,
+    db: Annotated[Path | None, typer.Option("--db", help="export from this file (no projector may hold it)")] = None,
+) -> None:
+    """Export triplets or trajectories as Parquet or as OpenAI fine-tuning JSONL; unusable rows are counted."""
+    from voltbus.services.projector.training_export import export_training as write
+    from voltbus.services.projector.training_export import selection
+
+    clause, params = selection(table, where, run, mode, versions)
+    write(settings_for(), to, fmt, table, clause, params, db, say)
 
 
 @app.command()

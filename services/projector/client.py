@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.csv
 import pyarrow.parquet
 
+from voltbus.projections.adapter import AdapterSettings
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
@@ -46,14 +47,15 @@ def open_read_only(db: Path) -> duckdb.DuckDBPyConnection:
         raise
 
 
-def run_sql(settings: Settings, sql: str, db: Path | None = None) -> pa.Table:
-    """Rows of a read-only query, from ``db`` if given, else from the running projector."""
+def run_sql(settings: Settings, sql: str, db: Path | None = None, params: dict[str, object] | None = None) -> pa.Table:
+    """Rows of a read-only query (``$name`` placeholders bound from ``params``), from ``db`` if given, else from
+    the running projector."""
     if db is not None:
         with open_read_only(db) as con:
-            return query(con, sql, settings.projector.max_rows)
+            return query(con, sql, settings.projector.max_rows, params)
     url = settings.projector.url.rstrip("/") + "/sql"
     try:
-        response = httpx.post(url, json={"sql": sql}, timeout=60)
+        response = httpx.post(url, json={"sql": sql, "params": params or {}}, timeout=60)
     except httpx.TransportError as exc:
         raise ProjectionUnavailable(
             f"no projector answers at {url} ({exc}); start one with `voltbus projector`, or pass --db FILE"
@@ -124,10 +126,14 @@ async def rebuild(
     to_seq: int | None = None,
     to_time: float | None = None,
     from_seq: int | None = None,
+    adapter: AdapterSettings | None = None,
+    label: str = "replay",
 ) -> dict[str, int]:
-    """Build ``db`` from the log, up to a sequence or a time, printing rate and ETA; return the positions."""
-    log_ = await EventLog.connect(settings.nats, name="voltbus-replay")
-    projector = Projector(db)
+    """Build ``db`` from the log, up to a sequence or a time, printing rate and ETA; return the positions.
+
+    ``adapter``: the settings of the training tables (default ``AdapterSettings()``)."""
+    log_ = await EventLog.connect(settings.nats, name=f"voltbus-{label}")
+    projector = Projector(db, adapter)
     try:
         if from_seq:
             projector.positions["control"] = from_seq - 1
@@ -141,9 +147,9 @@ async def rebuild(
                 last_said = time.monotonic()
                 rate = projector.applied / max(last_said - started, 1e-9)
                 eta = (total - projector.applied) / rate if rate else 0.0
-                say(f"replay: {projector.applied:,}/{total:,} events, {rate:,.0f}/s, ETA {eta:,.0f}s")
+                say(f"{label}: {projector.applied:,}/{total:,} events, {rate:,.0f}/s, ETA {eta:,.0f}s")
 
-        say(f"replaying control 1..{ends['control']} and spans 1..{ends['spans']} into {db}")
+        say(f"{label}: control 1..{ends['control']} and spans 1..{ends['spans']} into {db}")
         await project(projector, log_, ends=ends, progress=progress, batch_size=settings.projector.batch_size)
         took = max(time.monotonic() - started, 1e-9)
         positions = dict(projector.positions)

@@ -26,7 +26,7 @@ from .record import Call, model_called
 from .rewrite import Kind, rewrite_body
 from .state import Gateway, gateway_of, read_json
 from .streaming import stream_call
-from .upstream import failure_answer, routing_key
+from .upstream import Outcome, failure_answer, routing_key
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +55,11 @@ def mode_temperature(settings: GatewaySettings, mode: str | None) -> float | Non
 
 async def finish(gw: Gateway, call: Call) -> Response:
     """Forward a non-streamed call, record it, answer the agent."""
-    outcome = await gw.upstream.call(call.path, call.request, routing_key(call.rollout_id))
+    outcome = await gw.upstream.call(call.path, call.body, routing_key(call.rollout_id))
     call.upstream = outcome.upstream
     answer, error = failure_answer(outcome)
-    event = model_called(call, outcome.body, http_status=outcome.status, retries=outcome.retries, error=error)
+    status, retries = outcome.status, outcome.retries
+    event = model_called(call, outcome.body, http_status=status, retries=retries, error=error, raw=outcome.raw)
     failed = await gw.record([event]) if call.rollout_id != "unattributed" or gw.settings.record_unattributed else None
     log.info(
         "gateway/call rollout_id=%s attempt_id=%s call_id=%s status=%s latency_s=%.4f",
@@ -72,6 +73,13 @@ async def finish(gw: Gateway, call: Call) -> Response:
         return answer
     if failed is not None:
         return error_response(503, "record_failed", f"model call could not be recorded: {failed}")
+    return passed_on(outcome)
+
+
+def passed_on(outcome: Outcome) -> Response:
+    """The engine's answer for the agent: its JSON bytes unchanged when they parsed, else re-encoded."""
+    if outcome.raw is not None:
+        return Response(outcome.raw, status_code=outcome.status or 502, media_type="application/json")
     return JSONResponse(outcome.body, status_code=outcome.status or 502)
 
 
@@ -110,9 +118,7 @@ async def models(request: Request) -> Response:
         return exc.response()
     outcome = await gw.upstream.get("models")
     answer, _ = failure_answer(outcome)
-    if answer is not None:
-        return answer
-    return JSONResponse(outcome.body, status_code=outcome.status or 502)
+    return answer if answer is not None else passed_on(outcome)
 
 
 async def healthz(request: Request) -> Response:

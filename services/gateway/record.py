@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import msgspec
@@ -36,9 +36,14 @@ class Call:
         """The engine path of this API."""
         return "chat/completions" if self.kind == "chat" else "completions"
 
+    @cached_property
+    def body(self) -> bytes:
+        """The forwarded body as JSON, encoded once: sent to the engine (on every try) and recorded."""
+        return msgspec.json.encode(self.request)
+
 
 def _raw(value: Any) -> msgspec.Raw:
-    return msgspec.Raw(json.dumps(value, separators=(",", ":")).encode())
+    return msgspec.Raw(msgspec.json.encode(value))
 
 
 def model_called(
@@ -48,8 +53,12 @@ def model_called(
     http_status: int | None,
     retries: int = 0,
     error: tuple[str, str] | None = None,
+    raw: bytes | None = None,
 ) -> ModelCalled:
-    """The event for ``call``; ``error`` is (type, message) for a failed call, which sets ``status``."""
+    """The event for ``call``; ``error`` is (type, message) for a failed call, which sets ``status``.
+
+    ``raw`` is the engine's body as received, when it is the JSON text of ``response``: recorded as
+    is instead of encoding ``response`` again."""
     sampled = read_response(response)
     usage = sampled.usage
     if not usage and (sampled.prompt_ids or sampled.response_ids):
@@ -63,8 +72,8 @@ def model_called(
         call_id=call.call_id,
         resources_id=sampled.resources_id,
         model=sampled.model or str(call.request.get("model") or ""),
-        request=_raw(call.request),
-        response=_raw(response),
+        request=msgspec.Raw(call.body),
+        response=msgspec.Raw(raw) if raw is not None else _raw(response),
         prompt_ids=sampled.prompt_ids,
         response_ids=sampled.response_ids,
         logprobs=sampled.logprobs,

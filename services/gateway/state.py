@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from starlette.requests import Request
 
 from voltbus.schemas.errors import VoltbusError
@@ -68,10 +68,10 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         if size > limit:
             raise GatewayError(413, "body_too_large", f"request body over {limit} bytes")
         chunks.append(chunk)
-    raw = b"".join(chunks)
+    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     try:
-        body = json.loads(raw) if raw.strip() else {}
-    except ValueError as exc:
+        body = msgspec.json.decode(raw) if raw.strip() else {}
+    except msgspec.DecodeError as exc:
         raise GatewayError(400, "invalid_json", f"invalid JSON in request body: {exc}") from None
     if not isinstance(body, dict):
         raise GatewayError(400, "invalid_request", "request body must be a JSON object")

@@ -1,7 +1,8 @@
 """Streamed calls: SSE bytes pass through as they arrive; the call is recorded once, when it ends.
 
 The response is a ``StreamingResponse`` whose ``__call__`` always ends in ``close()``: the engine's
-response is closed (cancelling the engine request if the agent went away), the assembled call is
+response is released when it was read to the end (its connection is reused), else closed with its
+connection (the engine sees the request cancelled when the agent went away); the assembled call is
 recorded (``status="error"``, type ``Cancelled``, when the agent disconnected before the end), and
 the call leaves the in-flight count. Recording is shielded from the cancellation of a disconnect.
 """
@@ -11,8 +12,8 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
+import aiohttp
 import anyio
-import httpx
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -20,28 +21,28 @@ from .errors import error_response
 from .record import Call, model_called
 from .state import Gateway
 from .stream import StreamAssembler
-from .upstream import failure_answer, routing_key
+from .upstream import CLIENT_ERRORS, failure_answer, routing_key
 
 
 class RecordedStream(StreamingResponse):
     """A pass-through SSE stream that records its call when it ends, however it ends."""
 
-    def __init__(self, gw: Gateway, call: Call, upstream: httpx.Response, retries: int = 0) -> None:
+    def __init__(self, gw: Gateway, call: Call, upstream: aiohttp.ClientResponse, retries: int = 0) -> None:
         self.gw, self.call, self.upstream, self.retries = gw, call, upstream, retries
         self.assembler = StreamAssembler(call.kind)
         self.ended = False
         self.failure: tuple[str, str] | None = None
         media = upstream.headers.get("content-type", "text/event-stream")
-        super().__init__(self.chunks(), status_code=upstream.status_code, media_type=media)
+        super().__init__(self.chunks(), status_code=upstream.status, media_type=media)
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """The engine's bytes, unchanged, copied into the assembler."""
+        """The engine's bytes, unchanged (as they arrive), copied into the assembler."""
         try:
-            async for data in self.upstream.aiter_raw():
+            async for data in self.upstream.content.iter_any():
                 self.assembler.feed(data)
                 yield data
-        except httpx.HTTPError as exc:
-            kind = "UpstreamTimeout" if isinstance(exc, httpx.TimeoutException) else "UpstreamError"
+        except CLIENT_ERRORS as exc:
+            kind = "UpstreamTimeout" if isinstance(exc, TimeoutError) else "UpstreamError"
             self.failure = (kind, f"engine stream broke: {type(exc).__name__}: {exc}")
             error = {"error": {"message": self.failure[1], "type": "upstream_error", "code": 502}}
             yield f"data: {json.dumps(error)}\n\n".encode()
@@ -56,9 +57,13 @@ class RecordedStream(StreamingResponse):
                 await self.close()
 
     async def close(self) -> None:
-        """Close the engine response, record the call, leave the in-flight count."""
+        """Release (read to the end) or close (cut short) the engine response, record the call, leave
+        the in-flight count."""
         try:
-            await self.upstream.aclose()
+            if self.ended:
+                self.upstream.release()
+            else:
+                self.upstream.close()
             failure = self.failure
             if failure is None and not self.ended:
                 failure = ("Cancelled", "client disconnected before the stream ended")
@@ -67,7 +72,7 @@ class RecordedStream(StreamingResponse):
             event = model_called(
                 self.call,
                 self.assembler.response(),
-                http_status=self.upstream.status_code,
+                http_status=self.upstream.status,
                 retries=self.retries,
                 error=failure,
             )
@@ -81,7 +86,7 @@ async def stream_call(gw: Gateway, call: Call) -> Response:
     """Open the engine stream (retried on the next engine until it opens; never once bytes flow);
     a failure to open is recorded and answered like a non-streamed one."""
     try:
-        opened = await gw.upstream.open_stream(call.path, call.request, routing_key(call.rollout_id))
+        opened = await gw.upstream.open_stream(call.path, call.body, routing_key(call.rollout_id))
     except BaseException:
         await gw.pause.leave()
         raise
@@ -90,7 +95,8 @@ async def stream_call(gw: Gateway, call: Call) -> Response:
         return RecordedStream(gw, call, opened.stream, opened.retries)
     try:
         answer, error = failure_answer(opened)
-        event = model_called(call, opened.body, http_status=opened.status, retries=opened.retries, error=error)
+        status, retries = opened.status, opened.retries
+        event = model_called(call, opened.body, http_status=status, retries=retries, error=error, raw=opened.raw)
         await gw.record([event])
         if answer is not None:
             return answer

@@ -1,4 +1,4 @@
-"""Talking to the engines: one shared ``httpx.AsyncClient``, routing, retries, failover, health.
+"""Talking to the engines: one shared ``aiohttp.ClientSession``, routing, retries, failover, health.
 
 Each call goes to the engine ``Router`` picks (sticky by rollout id, round robin when
 unattributed, engines that are down last). A transport error, timeout, 408, 429 or 5xx marks the
@@ -7,6 +7,11 @@ next engine: at once when that engine is up and not yet tried by this call, else
 doubling backoff. A streamed call is retried only while opening it, before any byte reaches the
 agent. The outcome says what finally happened, on which engine, after how many retries, and
 which engines were tried, so the call can be recorded and answered (502/504 naming the engines).
+
+The client is aiohttp rather than httpx: httpcore's pool re-checks every pooled connection
+(``getpeername``) on every request, which cost about a third of the gateway's CPU per call
+(BENCHMARKS.md, "Gateway (issue 6)"). Bodies go out as bytes encoded once (``Call.body``), and
+the engine's answer is kept as bytes (``Outcome.raw``) so it can be passed on and recorded as is.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
+import msgspec
 from starlette.responses import JSONResponse
 
 from voltbus.services.settings import GatewaySettings
@@ -30,6 +36,12 @@ from .routing import Router
 log = logging.getLogger(__name__)
 
 RETRYABLE = frozenset({408, 429})
+MAX_CONNECTIONS = 1024
+"""Open connections to the engines at most (all engines together), as httpx's ``max_connections`` was."""
+KEEPALIVE_S = 4.0
+"""Seconds an idle connection to an engine is kept for the next call: less than the engines' own
+idle timeout (5 s in uvicorn, so in vLLM and the CPU inference server), so the gateway does not
+send a call on a connection the engine is closing (aiohttp does not resend a POST)."""
 
 
 @dataclass
@@ -50,8 +62,11 @@ class Outcome:
     """Base URL of the engine that gave this answer (the last one tried)."""
     tried: list[str] = field(default_factory=list)
     """Base URL of every engine tried, in order (one entry per try)."""
-    stream: httpx.Response | None = None
+    stream: aiohttp.ClientResponse | None = None
     """For a streamed call that opened: the engine's open response (the caller closes it)."""
+    raw: bytes | None = None
+    """The engine's body as it came, when it parsed as JSON with ``msgspec`` (so it can be passed on
+    and recorded without re-encoding); None otherwise."""
 
     @property
     def retryable(self) -> bool:
@@ -69,36 +84,69 @@ def routing_key(rollout_id: str) -> str | None:
     return None if rollout_id == "unattributed" else rollout_id
 
 
-def _parse(content: bytes) -> Any:
-    try:
-        return json.loads(content) if content else None
-    except ValueError:
-        return None
+CLIENT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+"""What a request to an engine raises when no (whole) answer came: aiohttp's errors, its timeouts
+(``TimeoutError`` subclasses), and socket errors."""
 
 
-def _no_answer(exc: httpx.HTTPError) -> Outcome:
-    kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "transport"
+def _answer(status: int, content: bytes) -> Outcome:
+    """An answer's outcome: the body parsed (``msgspec``, falling back to ``json`` for what only it
+    reads, such as ``NaN``), the raw bytes kept when they are strict JSON, the text when not JSON."""
+    parsed, raw = None, None
+    if content:
+        try:
+            parsed, raw = msgspec.json.decode(content), content
+        except msgspec.DecodeError:
+            try:
+                parsed = json.loads(content)
+            except ValueError:
+                pass
+    detail = content[:500].decode(errors="replace") if parsed is None else ""
+    return Outcome(status, parsed, 0, detail=detail, raw=raw)
+
+
+def _no_answer(exc: BaseException) -> Outcome:
+    kind = "timeout" if isinstance(exc, TimeoutError) else "transport"
     return Outcome(None, None, 0, kind, f"{type(exc).__name__}: {exc}")
+
+
+def timeouts(settings: GatewaySettings) -> aiohttp.ClientTimeout:
+    """The engine client's timeouts: ``timeout_s`` between any two reads (the response head, each
+    chunk of a stream) and to get a connection from the pool; ``connect_timeout_s`` to open one.
+    No limit on a whole call, so a long stream that keeps sending is never cut.
+
+    >>> t = timeouts(GatewaySettings(timeout_s=60, connect_timeout_s=2))
+    >>> (t.total, t.connect, t.sock_connect, t.sock_read)
+    (None, 60.0, 2.0, 60.0)
+    """
+    return aiohttp.ClientTimeout(
+        total=None, connect=settings.timeout_s, sock_connect=settings.connect_timeout_s, sock_read=settings.timeout_s
+    )
 
 
 class Upstream:
     """The engines behind the gateway (``upstream_urls``, or the one ``upstream_url``)."""
 
     def __init__(
-        self, settings: GatewaySettings, client: httpx.AsyncClient, clock: Callable[[], float] = time.monotonic
+        self, settings: GatewaySettings, client: aiohttp.ClientSession, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.settings = settings
         self.client = client
         self.clock = clock
         self.router = Router(settings.engines, settings.engine_cooldown_s)
         self.headers = {"Authorization": f"Bearer {settings.upstream_api_key}"} if settings.upstream_api_key else {}
+        self.post_headers = {**self.headers, "Content-Type": "application/json"}
 
     @staticmethod
-    def make_client(settings: GatewaySettings) -> httpx.AsyncClient:
-        """The shared client, with the configured timeouts and generous pooling."""
-        timeout = httpx.Timeout(settings.timeout_s, connect=settings.connect_timeout_s)
-        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
-        return httpx.AsyncClient(timeout=timeout, limits=limits)
+    def make_client(settings: GatewaySettings) -> aiohttp.ClientSession:
+        """The shared client (create it inside the running loop; close it with ``async with``).
+
+        At most ``MAX_CONNECTIONS`` open connections in all (a call beyond that waits for one, up to
+        ``timeout_s``), kept alive for reuse ``KEEPALIVE_S`` after their last call; every engine may
+        use all of them. ``timeouts`` maps the settings' timeouts.
+        """
+        connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, limit_per_host=0, keepalive_timeout=KEEPALIVE_S)
+        return aiohttp.ClientSession(connector=connector, timeout=timeouts(settings))
 
     @property
     def tries(self) -> int:
@@ -128,19 +176,18 @@ class Upstream:
             log.warning("gateway/engine_failed engine=%s attempt=%d: %s", base, attempt, outcome.reason)
         return outcome
 
-    async def call(self, path: str, body: dict[str, Any], key: str | None = None) -> Outcome:
-        """POST ``body`` to ``{engine}/{path}``, retrying what is worth retrying on the next engine."""
+    async def call(self, path: str, body: bytes, key: str | None = None) -> Outcome:
+        """POST ``body`` (encoded JSON) to ``{engine}/{path}``, retrying what is worth retrying on the next engine."""
         return await self._route(key, lambda base: self._once(base, path, body))
 
-    async def _once(self, base: str, path: str, body: dict[str, Any]) -> Outcome:
+    async def _once(self, base: str, path: str, body: bytes) -> Outcome:
         try:
-            resp = await self.client.post(f"{base}/{path}", json=body, headers=self.headers)
-        except httpx.HTTPError as exc:
+            async with self.client.post(f"{base}/{path}", data=body, headers=self.post_headers) as resp:
+                return _answer(resp.status, await resp.read())
+        except CLIENT_ERRORS as exc:
             return _no_answer(exc)
-        parsed = _parse(resp.content)
-        return Outcome(resp.status_code, parsed, 0, detail=resp.text[:500] if parsed is None else "")
 
-    async def open_stream(self, path: str, body: dict[str, Any], key: str | None = None) -> Outcome:
+    async def open_stream(self, path: str, body: bytes, key: str | None = None) -> Outcome:
         """Start a streamed call; ``outcome.stream`` is the open response (caller closes it), else the failure.
 
         Retried like a non-streamed call, but only up to the engine's response head: once bytes
@@ -148,21 +195,22 @@ class Upstream:
         """
         return await self._route(key, lambda base: self._open_once(base, path, body))
 
-    async def _open_once(self, base: str, path: str, body: dict[str, Any]) -> Outcome:
-        request = self.client.build_request("POST", f"{base}/{path}", json=body, headers=self.headers)
+    async def _open_once(self, base: str, path: str, body: bytes) -> Outcome:
         try:
-            resp = await self.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
+            resp = await self.client.post(f"{base}/{path}", data=body, headers=self.post_headers)
+        except CLIENT_ERRORS as exc:
             return _no_answer(exc)
-        if resp.status_code < 400:
-            return Outcome(resp.status_code, None, 0, stream=resp)
+        if resp.status < 400:
+            return Outcome(resp.status, None, 0, stream=resp)
         try:
-            content = await resp.aread()
-        except httpx.HTTPError as exc:
+            content = await resp.read()
+        except CLIENT_ERRORS as exc:
             return _no_answer(exc)
         finally:
-            await resp.aclose()
-        return Outcome(resp.status_code, _parse(content), 0, detail=content[:500].decode(errors="replace"))
+            resp.release()
+        outcome = _answer(resp.status, content)
+        outcome.detail = content[:500].decode(errors="replace")
+        return outcome
 
     async def get(self, path: str) -> Outcome:
         """GET ``{engine}/{path}`` (``/models``), round robin with failover."""
@@ -170,11 +218,10 @@ class Upstream:
 
     async def _get_once(self, base: str, path: str) -> Outcome:
         try:
-            resp = await self.client.get(f"{base}/{path}", headers=self.headers)
-        except httpx.HTTPError as exc:
+            async with self.client.get(f"{base}/{path}", headers=self.headers) as resp:
+                return _answer(resp.status, await resp.read())
+        except CLIENT_ERRORS as exc:
             return _no_answer(exc)
-        parsed = _parse(resp.content)
-        return Outcome(resp.status_code, parsed, 0, detail=resp.text[:500] if parsed is None else "")
 
     async def probe(self) -> None:
         """Active health check: GET ``{engine}/models`` on every engine once, marking each up or down."""

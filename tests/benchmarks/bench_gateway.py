@@ -66,6 +66,8 @@ class Options:
     time_cap: float = 20.0
     stream: list[bool] = field(default_factory=lambda: [False, True])
     csv: Path | None = CSV_PATH
+    profile: Path | None = None
+    """Run the gateway under cProfile and write its stats here (slows the gateway several times)."""
 
 
 @dataclass
@@ -101,6 +103,21 @@ def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[b
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
+
+
+PROFILED = """
+import cProfile, runpy, signal, sys
+def stop(*_): raise SystemExit(0)
+signal.signal(signal.SIGTERM, stop)
+profiler = cProfile.Profile()
+try:
+    profiler.runcall(runpy.run_module, "voltbus.services.gateway", run_name="__main__")
+except (SystemExit, KeyboardInterrupt):
+    pass
+finally:
+    profiler.dump_stats(sys.argv[1])
+"""
+"""The gateway under cProfile: SIGTERM ends it through SystemExit so the stats are written."""
 
 
 def tail(log: Path) -> str:
@@ -270,8 +287,9 @@ async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = pr
         finally:
             await store.close()
         engine = f"http://127.0.0.1:{stub_port}"
+        profiled = ["-c", PROFILED, str(options.profile)] if options.profile else None
         gw = spawn(
-            ["-m", "voltbus.services.gateway"],
+            profiled or ["-m", "voltbus.services.gateway"],
             {
                 "VOLTBUS_GATEWAY__UPSTREAM_URL": f"{engine}/v1",
                 "VOLTBUS_GATEWAY__PORT": str(gw_port),
@@ -336,6 +354,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Options, int | None]:
     p.add_argument("--mode", choices=["both", "plain", "stream"], default="both", help="streamed, not, or both")
     p.add_argument("--csv", type=Path, default=d.csv, help="ledger to append to (%(default)s)")
     p.add_argument("--no-csv", action="store_true", help="do not append to the ledger")
+    p.add_argument("--profile", type=Path, help="run the gateway under cProfile, stats to this file")
     p.add_argument("--serve-stub", type=int, metavar="PORT", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     stream = {"both": [False, True], "plain": [False], "stream": [True]}[a.mode]
@@ -347,6 +366,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Options, int | None]:
         time_cap=a.time_cap,
         stream=stream,
         csv=None if a.no_csv else a.csv,
+        profile=a.profile,
     )
     return opts, a.serve_stub
 

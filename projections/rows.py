@@ -74,7 +74,7 @@ def telemetry_row(env: Envelope) -> tuple[str, Row] | None:
                 "completion_tokens": e.usage.completion_tokens,
                 "total_tokens": e.usage.total_tokens,
                 "status": e.status,
-                "error": e.error,
+                "error": json_text(e.error) if e.error is not None else None,
                 "recorded_at": e.at,
                 "finish_reason": e.finish_reason,
                 "http_status": e.http_status,

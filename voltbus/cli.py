@@ -281,6 +281,23 @@ def inference(
     asyncio.run(run(settings))
 
 
+@app.command()
+def learner(
+    tasks: Annotated[Path, typer.Option("--tasks", help="training tasks, one JSON value per line")],
+    model: Annotated[Path | None, typer.Option("--model", help="starting model directory [env: VOLTBUS_LEARNER__MODEL_DIR]")] = None,  # noqa: E501
+    run_id: Annotated[str | None, typer.Option("--run-id", help="run to start or continue [env: VOLTBUS_LEARNER__RUN_ID]")] = None,  # noqa: E501
+    steps: Annotated[int | None, typer.Option(help="learner steps (default 20)")] = None,
+    nats_url: NatsUrl = None,
+) -> None:
+    """Run the GRPO learner: publish versions, enqueue batches, train on their rows, resume after a crash."""
+    from voltbus.services.learner.app import load_tasks, run
+
+    settings = settings_for(nats_url)
+    updates = {"model_dir": model, "run_id": run_id, "steps": steps}
+    settings.learner = settings.learner.model_copy(update={k: v for k, v in updates.items() if v is not None})
+    asyncio.run(run(settings, load_tasks(tasks), say))
+
+
 @model_app.command("init")
 def model_init(
     out: Annotated[Path, typer.Option("--out", help="model directory to write")],

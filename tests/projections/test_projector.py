@@ -54,6 +54,9 @@ async def test_live_projection_equals_a_full_rebuild(store: Store, tmp_path: Pat
         [row] = con.sql(query).fetchall()
     assert row[:2] == ("train", ["temperature"])
     assert [c["index"] for c in json.loads(row[2])] == [0, 1]
+    with duckdb.connect(str(tmp_path / "rebuilt.duckdb"), read_only=True) as con:
+        [(failed,)] = con.sql("SELECT error FROM model_calls WHERE status = 'error' LIMIT 1").fetchall()
+    assert json.loads(failed)["type"] == "UpstreamTimeout"
     assert [(g[1], g[2]) for g in live_tables["gateway_events"]] == [("gw-w", "paused"), ("gw-w", "resumed")]
     assert [q[:2] for q in live_tables["quarantine"]] == [("control", ends["control"])]
     assert dict((s, q) for s, q, _ in live_tables["checkpoints"]) == ends

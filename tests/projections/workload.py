@@ -7,7 +7,7 @@ import msgspec
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.gateway import GatewayPaused, GatewayResumed
 from voltbus.schemas.resources import LLM, PromptTemplate
-from voltbus.schemas.rollouts import RolloutConfig
+from voltbus.schemas.rollouts import ErrorInfo, RolloutConfig
 from voltbus.schemas.spans import ModelCalled, RewardReported, SampledChoice, SpanRecorded, SpanStatus, Usage
 from voltbus.schemas.training import RunFinished, RunStarted, StepCompleted, StepStarted
 from voltbus.store import EnqueueRolloutRequest, Store
@@ -46,6 +46,8 @@ def telemetry(rollout_id: str, attempt_id: str, n: int) -> list[SpanRecorded | M
             at=n,
             mode="train",
             rewritten=["temperature"],
+            status="error" if n % 5 == 4 else "ok",
+            error=ErrorInfo(type="UpstreamTimeout", message="engine timed out") if n % 5 == 4 else None,
             choices=[SampledChoice(index=i, response_ids=[n, i], logprobs=[-0.5, -0.1]) for i in range(n % 2 * 2)],
         ),
         RewardReported(

@@ -1,0 +1,18 @@
+"""A test agent for an untrained policy: its reward depends on the sampled text (parity of the first
+character), so groups have nonzero advantages and every update moves the weights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai import AsyncOpenAI
+
+import voltbus as agl
+
+
+@agl.rollout
+async def parity_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "none", max_retries=5)
+    reply = await client.completions.create(model=llm.model, prompt=f"{task['a']}+{task['b']}=", max_tokens=4)
+    text = reply.choices[0].text
+    return float(ord(text[0]) % 2) if text else 0.0

@@ -1,0 +1,87 @@
+"""A learner killed with SIGKILL in the middle of a run, started again on the same run id, continues
+from the log: every step completed exactly once, in order, each publishing a newer version."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from voltbus.schemas.training import RunFinished, StepCompleted, StepStarted
+from voltbus.services.eventlog import Envelope
+from voltbus.services.learner.batch import version_number
+from voltbus.services.settings import LearnerSettings, NatsSettings, Settings
+from voltbus.store import connect
+from voltbus.trainer.system import local_system
+
+from .agents import parity_agent
+
+STEPS = 4
+
+
+def environment(s: Settings) -> dict[str, str]:
+    learner = s.learner
+    return {
+        **os.environ,
+        "VOLTBUS_NATS__URL": s.nats.url,
+        "VOLTBUS_NATS__NAMESPACE": s.nats.namespace,
+        "VOLTBUS_PROJECTOR__URL": s.projector.url,
+        "VOLTBUS_LEARNER__RUN_ID": "run-killed",
+        "VOLTBUS_LEARNER__MODEL_DIR": str(learner.model_dir),
+        "VOLTBUS_LEARNER__SERVED_MODEL_NAME": learner.served_model_name,
+        "VOLTBUS_LEARNER__GATEWAY_URL": learner.gateway_url,
+        "VOLTBUS_LEARNER__INFERENCE_URLS": ",".join(learner.inference_urls),
+        "VOLTBUS_LEARNER__WEIGHTS_DIR": str(learner.weights_dir),
+        "VOLTBUS_LEARNER__STEPS": str(STEPS),
+        "VOLTBUS_LEARNER__TASKS_PER_STEP": "2",
+        "VOLTBUS_LEARNER__GROUP_SIZE": "3",
+    }
+
+
+async def run_events(s: Settings) -> list[Any]:
+    store = await connect(settings=s.nats)
+    try:
+        stored, _ = await store.log.read_subject(store.topology.run("run-killed"))
+    finally:
+        await store.close()
+    return [e.event for e in stored if isinstance(e, Envelope)]
+
+
+async def first_step_completed(s: Settings, timeout: float) -> None:
+    """Follow the run's subject until a StepCompleted is stored (TimeoutError at the deadline)."""
+    store = await connect(settings=s.nats)
+    replay = store.log.replay("control", follow=True, subject=store.topology.run("run-killed"))
+    try:
+        async with asyncio.timeout(timeout):
+            async for item in replay:
+                if isinstance(getattr(item, "event", None), StepCompleted):
+                    return
+    finally:
+        await replay.aclose()  # type: ignore[attr-defined]
+        await store.close()
+
+
+async def test_a_killed_learner_resumes_without_repeating_or_skipping_a_step(
+    nats_settings: NatsSettings, policy_dir: Path, task_file: Path, tmp_path: Path
+) -> None:
+    settings = Settings(nats=nats_settings, learner=LearnerSettings(model_dir=policy_dir, weights_dir=tmp_path / "w"))
+    async with local_system(settings, parity_agent, n_runners=6) as s:
+        command = [sys.executable, "-m", "voltbus.services.learner", str(task_file)]
+        first = await asyncio.create_subprocess_exec(*command, env=environment(s))
+        await first_step_completed(s, 120)
+        first.send_signal(signal.SIGKILL)
+        assert await first.wait() == -signal.SIGKILL
+        second = await asyncio.create_subprocess_exec(*command, env=environment(s))
+        assert await asyncio.wait_for(second.wait(), 240) == 0
+    events = await run_events(s)
+    completed = [e for e in events if isinstance(e, StepCompleted)]
+    assert [e.step for e in completed] == list(range(STEPS))
+    versions = [version_number(e.resources_id) for e in completed]
+    assert None not in versions and versions == sorted(set(versions))  # each step moved the weights: a new version
+    started = [e for e in events if isinstance(e, StepStarted)]
+    assert sorted(e.step for e in started) == list(range(STEPS))  # no step's batch enqueued twice
+    assert all(len(e.rollout_ids) == 6 for e in started)
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "succeeded"

@@ -1,5 +1,5 @@
-"""A test agent for an untrained policy: its reward depends on the sampled text (parity of the first
-character), so groups have nonzero advantages and every update moves the weights."""
+"""A test agent for an untrained policy: its reward is a function of the whole sampled text, in [0, 1], so
+two samples of a group differ in reward unless their texts are equal, and every update moves the weights."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import voltbus as agl
 
 
 @agl.rollout
-async def parity_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+async def text_agent(task: dict[str, Any], llm: agl.LLM) -> float:
     client = AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "none", max_retries=5)
     reply = await client.completions.create(model=llm.model, prompt=f"{task['a']}+{task['b']}=", max_tokens=4)
     text = reply.choices[0].text
-    return float(ord(text[0]) % 2) if text else 0.0
+    return sum(map(ord, text)) % 97 / 96

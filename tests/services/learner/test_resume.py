@@ -17,7 +17,7 @@ from voltbus.services.settings import LearnerSettings, NatsSettings, Settings
 from voltbus.store import connect
 from voltbus.trainer.system import local_system
 
-from .agents import parity_agent
+from .agents import text_agent
 
 STEPS = 4
 
@@ -68,7 +68,7 @@ async def test_a_killed_learner_resumes_without_repeating_or_skipping_a_step(
     nats_settings: NatsSettings, policy_dir: Path, task_file: Path, tmp_path: Path
 ) -> None:
     settings = Settings(nats=nats_settings, learner=LearnerSettings(model_dir=policy_dir, weights_dir=tmp_path / "w"))
-    async with local_system(settings, parity_agent, n_runners=6) as s:
+    async with local_system(settings, text_agent, n_runners=6) as s:
         command = [sys.executable, "-m", "voltbus.services.learner", str(task_file)]
         first = await asyncio.create_subprocess_exec(*command, env=environment(s))
         await first_step_completed(s, 120)

@@ -1,0 +1,50 @@
+"""``Trainer(algorithm=GRPO(...)).fit`` runs the whole system in one process on a real bus: the loop ran,
+versions were published and served, steps were recorded with their metrics, validation before and after."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from voltbus.schemas.training import RunFinished, StepCompleted, StepStarted
+from voltbus.services.eventlog import Envelope
+from voltbus.services.settings import NatsSettings, Settings
+from voltbus.store import connect
+from voltbus.trainer import GRPO, Trainer
+
+from .agents import text_agent
+
+
+@pytest.mark.timeout(300)
+def test_fit_runs_the_loop_and_publishes_versions(nats_settings: NatsSettings, policy_dir: Path, tmp_path: Path):
+    tasks = [{"id": f"t{i}", "a": i, "b": 1} for i in range(6)]
+    algo = GRPO(model_dir=policy_dir, steps=2, tasks_per_step=2, group_size=3, weights_dir=tmp_path / "w")
+    lines: list[str] = []
+    result = Trainer(algorithm=algo, n_runners=6, settings=Settings(nats=nats_settings), say=lines.append).fit(
+        text_agent, tasks, val_dataset=tasks[:3]
+    )
+    assert result["before"]["rollouts"] == 3 and result["after"]["rollouts"] == 3
+    events = asyncio.run(run_events(nats_settings, result["run_id"]))
+    completed = [e for e in events if isinstance(e, StepCompleted)]
+    assert [e.step for e in completed] == [0, 1] and [e.resources_id for e in completed] == [
+        f"{result['run_id']}:2",
+        f"{result['run_id']}:3",
+    ]
+    for e in completed:
+        assert e.metrics["rollouts_trained"] == 6 and e.metrics["tokens"] > 0 and "time_update_s" in e.metrics
+    assert [len(e.rollout_ids) for e in events if isinstance(e, StepStarted)] == [6, 6]
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "succeeded"
+    assert sum(line.startswith("step ") for line in lines) == 2
+    assert (tmp_path / "w" / result["run_id"] / "step-1" / "model.safetensors").is_file()
+
+
+async def run_events(nats: NatsSettings, run_id: str) -> list[Any]:
+    store = await connect(settings=nats)
+    try:
+        stored, _ = await store.log.read_subject(store.topology.run(run_id))
+    finally:
+        await store.close()
+    return [e.event for e in stored if isinstance(e, Envelope)]

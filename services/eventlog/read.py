@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 
 from nats.aio.client import Client
@@ -20,6 +21,8 @@ from voltbus.schemas.errors import DecodeError, PublishFailed
 from .records import BadEvent, Envelope
 
 BATCH = 256
+
+log = logging.getLogger(__name__)
 
 
 def _record(msg: Msg, subject: str, decode: Callable[[bytes], AnyEvent]) -> Envelope | BadEvent:
@@ -56,6 +59,22 @@ async def _batch(nc: Client, stream: str, subject: str, from_seq: int, timeout: 
         await sub.unsubscribe()
 
 
+async def _batch_retried(
+    nc: Client, stream: str, subject: str, from_seq: int, timeout: float, tries: int = 3
+) -> tuple[list[Msg], int]:
+    """``_batch``, asked again after a timeout (a read is idempotent; a busy process may miss one deadline)."""
+    for attempt in range(1, tries + 1):
+        try:
+            return await _batch(nc, stream, subject, from_seq, timeout)
+        except TimeoutError:
+            if attempt == tries:
+                raise
+            log.warning(
+                "direct get on %s (%s from %d) timed out after %.1fs; asking again", stream, subject, from_seq, timeout
+            )
+    raise AssertionError("unreachable")
+
+
 async def read_subject(
     nc: Client,
     stream: str,
@@ -73,7 +92,7 @@ async def read_subject(
     records: list[Envelope | BadEvent] = []
     seq = after_seq
     while True:
-        messages, remaining = await _batch(nc, stream, subject, seq + 1, timeout)
+        messages, remaining = await _batch_retried(nc, stream, subject, seq + 1, timeout)
         for msg in messages:
             records.append(_record(msg, subject, decode))
         if records:

@@ -117,7 +117,9 @@ class GRPO:
             say(
                 f"step {step + 1}/{s.steps}: reward {metrics['reward_mean']:.3f} ± {metrics['reward_std']:.3f} "
                 f"over {int(metrics['rollouts_trained'])} rollouts, {int(metrics['tokens'])} tokens, "
-                f"published {resources_id} ({metrics['time_step_s']:.1f}s)"
+                f"published {resources_id} in {metrics['time_step_s']:.1f}s (sampling {metrics['time_sample_s']:.1f}, "
+                f"rows {metrics['time_query_s']:.1f}, update {metrics['time_update_s']:.1f}, "
+                f"swap {metrics['time_swap_s']:.1f})"
             )
         await session.finish("succeeded")
 

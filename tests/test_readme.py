@@ -15,4 +15,4 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_readme_main_command_runs_the_demo() -> None:
-    assert "pip install -e . && .venv/bin/voltbus demo" in (ROOT / "README.md").read_text()
+    assert "pip install -e '.[learn]' && .venv/bin/voltbus demo" in (ROOT / "README.md").read_text()

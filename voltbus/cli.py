@@ -82,15 +82,17 @@ def check(
 
 @app.command()
 def demo(
-    repeats: Annotated[int, typer.Option(help="How many times to enqueue the example's 20 tasks")] = 5,
+    steps: Annotated[int, typer.Option(help="GRPO steps")] = 30,
+    tasks_per_step: Annotated[int, typer.Option(help="distinct tasks per step")] = 16,
+    group_size: Annotated[int, typer.Option(help="rollouts per task (the GRPO group)")] = 8,
 ) -> None:
-    """The main job on embedded defaults: bus, coordinator, projector and runner on the calculator example."""
+    """The main job on embedded defaults: train the arith_rl example's CPU policy through the whole system."""
     from voltbus.services.demo import run_demo
 
     settings = settings_for()
     if settings.log_level.upper() == "INFO":
         configure_logging("WARNING")  # keep the demo's output to its own progress lines
-    run_demo(settings, repeats, say)
+    run_demo(settings, steps, tasks_per_step, group_size, say)
 
 
 @app.command()

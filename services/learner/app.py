@@ -34,8 +34,10 @@ async def run(settings: Settings, tasks: list[Any], say: Callable[[str], None]) 
     run_id = settings.learner.run_id or new_run_id()
     say(f"run {run_id} (continue it with --run-id {run_id}); projector {settings.projector.url}")
     store = await connect(settings=settings.nats, name="voltbus-learner")
+    session = Session(store, run_id, settings.projector.url)
     try:
-        await GRPO(settings.learner).run(Session(store, run_id, settings.projector.url), tasks, say)
+        await GRPO(settings.learner).run(session, tasks, say)
     finally:
+        await session.close()
         await store.close()
     return run_id

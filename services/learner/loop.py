@@ -44,6 +44,8 @@ class GRPO:
         self.settings = settings
         self.extra = dict(resources or {})
         """Other resources published with every version (a prompt template, tools)."""
+        self.curve: list[dict[str, float]] = []
+        """The metrics of each step this learner ran, in order."""
 
     def requests(self, run_id: str, step: int, tasks: Sequence[Any], resources_id: str) -> list[EnqueueRolloutRequest]:
         """The step's batch: ``tasks_per_step`` tasks (seeded by step), each ``group_size`` times."""
@@ -75,7 +77,9 @@ class GRPO:
     async def served(self, resources_id: str, timeout: float = 120.0) -> None:
         """Wait until every configured inference server reports ``resources_id`` (a warning at the deadline)."""
         deadline = time.monotonic() + timeout
-        async with httpx.AsyncClient(timeout=5) as http:
+        if not self.settings.inference_urls:
+            return
+        async with httpx.AsyncClient(timeout=5) as http:  # once per step: its ~50 ms do not matter here
             for url in self.settings.inference_urls:
                 while True:
                     try:
@@ -168,4 +172,5 @@ class GRPO:
             "time_step_s": time.monotonic() - started,
         }
         await session.complete_step(batch.step, metrics, published)
+        self.curve.append({"step": float(batch.step), **metrics})
         return published, metrics, following

@@ -59,6 +59,11 @@ class Session:
         self.store, self.run_id = store, run_id
         self.sql_url = projector_url.rstrip("/") + "/sql"
         self.subject = store.topology.run(run_id)
+        self.http = httpx.AsyncClient(timeout=None)  # one client: each new one costs ~50 ms of CPU
+
+    async def close(self) -> None:
+        """Close the HTTP client."""
+        await self.http.aclose()
 
     async def history(self) -> History:
         """The run's events read back from the log."""
@@ -123,8 +128,7 @@ class Session:
         ends = {stream: await self.store.log.feed(stream).last_seq() for stream in ("control", "spans")}
         body = {"sql": sql, "params": params or {}, "min_seq": ends, "timeout": timeout}
         try:
-            async with httpx.AsyncClient() as http:
-                response = await http.post(self.sql_url, json=body, timeout=timeout + 10)
+            response = await self.http.post(self.sql_url, json=body, timeout=timeout + 10)
         except httpx.TransportError as exc:
             raise LearnerError(f"no projector answers at {self.sql_url} ({exc}): start `voltbus projector`") from None
         if response.status_code != 200:

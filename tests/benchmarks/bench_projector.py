@@ -218,7 +218,7 @@ class Capture(Projector):
         super().__init__(":memory:")
         self.captured: list[dict[str, list[Row]]] = []
 
-    def _commit(self, rows: dict[str, list[Row]], checkpoint: tuple[str, int, float]) -> None:
+    def _commit(self, rows: dict[str, list[Row]], checkpoint: tuple[str, int, float], *_: object) -> None:
         self.captured.append({k: v for k, v in rows.items() if v})
 
 

@@ -25,9 +25,9 @@ EVAL_SQL = (Path(__file__).parent / "eval_rewards.sql").read_text()
 @asynccontextmanager
 async def bus(settings: Settings, say: Callable[[str], None]) -> AsyncIterator[Settings]:
     """The configured bus if one answers, else an embedded one for the duration."""
-    from voltbus.services.demo import _answers, start_embedded
+    from voltbus.services.demo import answers, start_embedded
 
-    if await _answers(settings):
+    if await answers(settings):
         yield settings
         return
     server = start_embedded(settings, say)
@@ -67,16 +67,23 @@ class GRPO:
         run_id = base.learner.run_id or new_run_id()
         async with bus(base, trainer.say) as settings, local_system(settings, agent, trainer.n_runners) as wired:
             store = await connect(settings=wired.nats, name="voltbus-learner")
+            session = Session(store, run_id, wired.projector.url)
             try:
-                session = Session(store, run_id, wired.projector.url)
                 loop = Loop(wired.learner, trainer.initial_resources)
                 before = await self._evaluate(session, val, loop, None, trainer.say)
                 await loop.run(session, train, trainer.say)
                 latest = await store.get_resources_by_id(run_id)
                 after = await self._evaluate(session, val, loop, latest, trainer.say)
             finally:
+                await session.close()
                 await store.close()
-        self.result = {"run_id": run_id, "before": before, "after": after, "namespace": wired.nats.namespace}
+        self.result = {
+            "run_id": run_id,
+            "before": before,
+            "after": after,
+            "steps": loop.curve,
+            "namespace": wired.nats.namespace,
+        }
         return self.result
 
     @staticmethod
@@ -104,14 +111,15 @@ class Baseline:
             local_system(settings, agent, trainer.n_runners) as s,
         ):
             store = await connect(settings=s.nats, name="voltbus-baseline")
+            session = Session(store, f"baseline-{uuid.uuid4().hex[:8]}", s.projector.url)
             try:
-                session = Session(store, f"baseline-{uuid.uuid4().hex[:8]}", s.projector.url)
                 published = await store.add_resources(trainer.initial_resources) if trainer.initial_resources else None
                 pinned = f"{published.resources_id}:{published.version}" if published else None
                 out = {"train": await evaluate(session, train, "train", pinned)}
                 if val:
                     out["val"] = await evaluate(session, val, "val", pinned)
             finally:
+                await session.close()
                 await store.close()
         trainer.say(f"baseline: {out}")
         return out

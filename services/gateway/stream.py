@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from .rewrite import Kind, choice_logprobs
 
 
@@ -83,9 +85,12 @@ class StreamAssembler:
             self.done = True
             return
         try:
-            chunk = json.loads(payload)
-        except ValueError:
-            return
+            chunk = msgspec.json.decode(payload)
+        except msgspec.DecodeError:  # not strict JSON: what the stdlib reads (NaN), else skipped
+            try:
+                chunk = json.loads(payload)
+            except ValueError:
+                return
         if isinstance(chunk, dict):
             self._chunk(chunk)
 

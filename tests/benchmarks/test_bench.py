@@ -74,3 +74,12 @@ async def test_bench_inference(tmp_path: Path) -> None:
     assert {"server_c1", "server_c16", "server_c64", "server_n16", "loop_b1", "loop_b64"} <= cases
     for f in figures:
         assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f
+
+
+@pytest.mark.timeout(600)
+def test_bench_learner() -> None:
+    """Learner update throughput vs a plain torch loop of the same model: prints, appends a row to results.csv."""
+    from tests.benchmarks import bench_learner
+
+    [figure] = bench_learner.run(bench_learner.Options(steps=2, reps=1))
+    assert figure.events > 0 and figure.rate > 0 and figure.raw_rate > 0

@@ -64,7 +64,7 @@ def run_demo(settings: Settings, steps: int, tasks_per_step: int, group_size: in
     example = load_example()
     settings.nats.namespace = f"demo{uuid.uuid4().hex[:8]}"
     tasks = example.tasks()
-    algo = GRPO(model_dir=EXAMPLE / "model", steps=steps, tasks_per_step=tasks_per_step, group_size=group_size, lr=3e-4)
+    algo = GRPO(model_dir=EXAMPLE / "model", steps=steps, tasks_per_step=tasks_per_step, group_size=group_size, lr=5e-4)
     say(f"training {EXAMPLE.name}: {steps} GRPO steps of {tasks_per_step} tasks x {group_size} rollouts")
     started = time.monotonic()
     result = Trainer(algorithm=algo, n_runners=64, settings=settings, say=say).fit(example.arith_agent, tasks, tasks)

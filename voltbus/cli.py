@@ -82,7 +82,7 @@ def check(
 
 @app.command()
 def demo(
-    steps: Annotated[int, typer.Option(help="GRPO steps")] = 30,
+    steps: Annotated[int, typer.Option(help="GRPO steps")] = 40,
     tasks_per_step: Annotated[int, typer.Option(help="distinct tasks per step")] = 16,
     group_size: Annotated[int, typer.Option(help="rollouts per task (the GRPO group)")] = 8,
 ) -> None:
@@ -298,6 +298,45 @@ def learner(
     updates = {"model_dir": model, "run_id": run_id, "steps": steps}
     settings.learner = settings.learner.model_copy(update={k: v for k, v in updates.items() if v is not None})
     asyncio.run(run(settings, load_tasks(tasks), say))
+
+
+@app.command()
+def train(
+    offline: Annotated[bool, typer.Option("--offline", help="train on rows already in the log")] = False,
+    model: Annotated[Path | None, typer.Option("--model", help="starting model directory or checkpoint")] = None,
+    from_run: Annotated[str | None, typer.Option("--from-run", help="only rollouts this run sampled")] = None,
+    mode: Annotated[str, typer.Option(help="rollout mode of the rows ('' for any)")] = "train",
+    versions: Annotated[str | None, typer.Option(help="policy versions that sampled the rows: N or LOW..HIGH")] = None,
+    since: Annotated[str | None, typer.Option(help="rollouts ended at or after this time (ISO or epoch)")] = None,
+    until: Annotated[str | None, typer.Option(help="rollouts ended at or before this time (ISO or epoch)")] = None,
+    where: Annotated[str, typer.Option(help="extra SQL condition on trajectories t / rollouts r")] = "TRUE",
+    epochs: Annotated[int, typer.Option(help="passes over the selection")] = 1,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="id of the new run")] = None,
+    seed: Annotated[int, typer.Option(help="seed of the minibatch order")] = 0,
+    db: DbOption = None,
+    nats_url: NatsUrl = None,
+) -> None:
+    """Retrain from the log: GRPO on recorded training rows, importance-weighted by their recorded logprobs."""
+    from voltbus.services.learner.offline import Selection, train_offline
+    from voltbus.services.projector.client import parse_time
+
+    if not offline:
+        raise VoltbusError("online training runs with `voltbus learner` (or `voltbus demo`); pass --offline")
+    low, _, high = (versions or "").partition("..")
+    selection = Selection(
+        run=from_run,
+        mode=mode or None,
+        low=int(low) if low else None,
+        high=int(high or low) if (high or low) else None,
+        since=parse_time(since) if since else None,
+        until=parse_time(until) if until else None,
+        where=where,
+    )
+    settings = settings_for(nats_url)
+    updates = {"model_dir": model, "run_id": run_id, "seed": seed}
+    settings.learner = settings.learner.model_copy(update={k: v for k, v in updates.items() if v is not None})
+    result = asyncio.run(train_offline(settings, selection, epochs, say, db))
+    say(f"offline run {result['run_id']}: {result['rows']} rows, dataset {result['dataset_sha256']}, published {result['published']}")  # noqa: E501
 
 
 @model_app.command("init")

@@ -57,8 +57,11 @@ def load_example() -> ModuleType:
     return module
 
 
-def run_demo(settings: Settings, steps: int, tasks_per_step: int, group_size: int, say: Callable[[str], None]) -> None:
-    """Train the example's policy with GRPO through the whole system and say how much it improved."""
+def run_demo(
+    settings: Settings, steps: int, budget_s: float, tasks_per_step: int, group_size: int, say: Callable[[str], None]
+) -> None:
+    """Train the example's policy with GRPO through the whole system (at most ``steps`` steps, stopping
+    after ``budget_s`` seconds of training) and say how much it improved."""
     from voltbus.trainer import GRPO, Trainer
 
     example = load_example()
@@ -75,6 +78,6 @@ def run_demo(settings: Settings, steps: int, tasks_per_step: int, group_size: in
     say(
         f"greedy accuracy on the {len(tasks)} problems {before:.2f} -> {after:.2f}; sampled reward "
         f"{first:.2f} (first {k} steps) -> {last:.2f} (last {k}), {after - before:+.2f} / {last - first:+.2f} "
-        f"in {time.monotonic() - started:.0f}s"
+        f"after {len(curve)} steps; {time.monotonic() - started:.0f}s in all"
     )
     say(f"demo finished: run {result['run_id']} in namespace {result['namespace']}; every step is in the log")

@@ -287,6 +287,9 @@ class LearnerSettings(BaseModel):
     (with the previous version: staleness 1) while the learner trains."""
     rollout_timeout_s: float = Field(default=600.0, gt=0)
     """Longest wait for one step's batch to finish."""
+    time_budget_s: float | None = Field(default=None, gt=0)
+    """Stop after the step that ends past this many seconds of training (the run still ends
+    ``succeeded``, with fewer steps, and says so); None: run every step."""
     seed: int = 0
     """Seed of task order and of torch."""
 

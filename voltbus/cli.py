@@ -82,7 +82,8 @@ def check(
 
 @app.command()
 def demo(
-    steps: Annotated[int, typer.Option(help="GRPO steps")] = 40,
+    steps: Annotated[int, typer.Option(help="most GRPO steps")] = 200,
+    budget_s: Annotated[float, typer.Option("--budget-s", help="stop after this many seconds of training")] = 270,
     tasks_per_step: Annotated[int, typer.Option(help="distinct tasks per step")] = 16,
     group_size: Annotated[int, typer.Option(help="rollouts per task (the GRPO group)")] = 8,
 ) -> None:
@@ -92,7 +93,7 @@ def demo(
     settings = settings_for()
     if settings.log_level.upper() == "INFO":
         configure_logging("WARNING")  # keep the demo's output to its own progress lines
-    run_demo(settings, steps, tasks_per_step, group_size, say)
+    run_demo(settings, steps, budget_s, tasks_per_step, group_size, say)
 
 
 @app.command()
@@ -114,12 +115,12 @@ def gateway(
     port: Annotated[int | None, typer.Option(help="Port (default 8766)")] = None,
 ) -> None:
     """Run the gateway: an OpenAI-compatible proxy that records every model call with its token ids."""
-    from voltbus.services.gateway.app import run
+    from voltbus.services.gateway.app import main
 
     settings = settings_for(nats_url)
     updates = {"upstream_urls": upstream or None, "port": port}
     settings.gateway = settings.gateway.model_copy(update={k: v for k, v in updates.items() if v is not None})
-    asyncio.run(run(settings))
+    main(settings)
 
 
 DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file [env: VOLTBUS_PROJECTOR__DB]")]

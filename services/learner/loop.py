@@ -114,7 +114,11 @@ class GRPO:
             found = history.open_batch(step)
             return found or await session.begin_step(step, version, self.requests(session.run_id, step, tasks, version))
 
+        started = time.monotonic()
         for step in range(first, s.steps):
+            if s.time_budget_s is not None and time.monotonic() - started > s.time_budget_s:
+                say(f"time budget of {s.time_budget_s:.0f}s spent after {step - first} steps; stopping at step {step}")
+                break
             batch = pending or await begin(step, resources_id)
             ahead = (lambda n=step + 1, v=resources_id: begin(n, v)) if s.overlap and step + 1 < s.steps else None
             resources_id, metrics, pending = await self.step(session, policy, batch, resources_id, ahead)

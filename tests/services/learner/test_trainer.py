@@ -48,3 +48,19 @@ async def run_events(nats: NatsSettings, run_id: str) -> list[Any]:
     finally:
         await store.close()
     return [e.event for e in stored if isinstance(e, Envelope)]
+
+
+@pytest.mark.timeout(300)
+def test_a_time_budget_stops_the_run_after_the_step_that_spends_it(
+    nats_settings: NatsSettings, policy_dir: Path, tmp_path: Path
+) -> None:
+    tasks = [{"id": f"t{i}", "a": i, "b": 1} for i in range(4)]
+    budget = {"steps": 5, "time_budget_s": 0.001}
+    algo = GRPO(model_dir=policy_dir, **budget, tasks_per_step=2, group_size=2, weights_dir=tmp_path)
+    lines: list[str] = []
+    result = Trainer(algorithm=algo, n_runners=4, settings=Settings(nats=nats_settings), say=lines.append).fit(
+        text_agent, tasks
+    )
+    assert len(result["steps"]) == 1 and any("time budget" in line for line in lines)
+    events = asyncio.run(run_events(nats_settings, result["run_id"]))
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "succeeded"

@@ -101,8 +101,14 @@ class Batcher:
             await self._gather()
             await self.running.wait()
             jobs = self._take()
-            if jobs:
-                await self._run(jobs)
+            try:
+                if jobs:
+                    await self._run(jobs)
+            except Exception as exc:  # a bug here must fail these requests, not stall every later one
+                log.exception("batch of %d requests failed outside generation", len(jobs))
+                for job in jobs:
+                    settle(job.started, exc)
+                    settle(job.done, exc)
             if not self.waiting:
                 self.arrived.clear()
 

@@ -14,7 +14,7 @@ BODY = {"model": MODEL, "prompt": "4+5=", "max_tokens": 8, "return_token_ids": T
 
 
 async def test_concurrent_requests_and_samples_share_batches(make_server) -> None:
-    url = make_server(batch_quiet_ms=50, batch_max_wait_ms=1000)
+    url = make_server(batch_quiet_ms=200, batch_max_wait_ms=3000)
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
         calls = [http.post("/v1/completions", json=BODY | {"n": 2}) for _ in range(15)]
@@ -28,7 +28,7 @@ async def test_concurrent_requests_and_samples_share_batches(make_server) -> Non
 
 
 async def test_batch_row_limit_keeps_a_request_whole(make_server) -> None:
-    url = make_server(max_batch_rows=8, batch_quiet_ms=50, batch_max_wait_ms=1000)
+    url = make_server(max_batch_rows=8, batch_quiet_ms=200, batch_max_wait_ms=3000)
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         calls = [http.post("/v1/completions", json=BODY | {"n": 3}) for _ in range(5)]
         calls.append(http.post("/v1/completions", json=BODY | {"n": 12}))

@@ -44,7 +44,7 @@ def test_logprobs_agree_for_prompts_of_different_lengths_in_one_batch(server: st
 
 
 async def test_logprobs_agree_for_concurrent_requests_batched_together(make_server, reference: dict) -> None:
-    url = make_server(batch_quiet_ms=100, batch_max_wait_ms=2000)
+    url = make_server(batch_quiet_ms=200, batch_max_wait_ms=3000)
     prompts = [f"{'x' * k}{k}+{k}=" for k in range(0, 40, 5)]
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         body = {"model": MODEL, "return_token_ids": True, "logprobs": 1, "max_tokens": 16, "n": 2}

@@ -16,8 +16,9 @@ from typing import Any
 from voltbus.services.settings import LearnerSettings, Settings
 
 from .algorithms import GRPO, Baseline
+from .apo import APO
 
-__all__ = ["GRPO", "Baseline", "Trainer"]
+__all__ = ["APO", "Baseline", "GRPO", "Trainer"]
 
 log = logging.getLogger(__name__)
 

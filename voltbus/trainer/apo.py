@@ -1,0 +1,97 @@
+"""``APO``: automatic prompt optimization as Agent Lightning 0.3 does it, a beam search over prompt
+templates with textual gradients. Each round: every parent in the beam runs a training batch; a critic
+model reads the runs and critiques the template, then edits it (``branch_factor`` children per parent);
+every candidate is published as a resources version and scored by real rollouts pinned to it on one
+validation batch; the best ``beam_width`` stay. The best template is published as the run's last
+version. Each round is a step of the run (``StepStarted`` / ``StepCompleted`` with its metrics).
+
+The search itself is ``voltbus.services.learner.apo_loop``; this class configures it and runs it with
+the whole system in this process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
+
+from voltbus.schemas.resources import LLM, PromptTemplate
+from voltbus.services.learner.apo_critic import Critic
+from voltbus.services.learner.apo_loop import Search
+from voltbus.services.learner.apo_search import SearchSettings, unusable
+from voltbus.services.learner.session import LearnerError, Session, new_run_id
+from voltbus.store import connect
+
+from .algorithms import bus
+from .system import local_system
+
+if TYPE_CHECKING:
+    from . import Trainer
+
+
+@dataclasses.dataclass(kw_only=True)
+class APO(SearchSettings):
+    """Beam search over the ``PromptTemplate`` named ``prompt_resource`` in ``Trainer(initial_resources=...)``.
+    ``critic``: an ``LLM`` or a base URL (with ``model``); None reads ``OPENAI_BASE_URL``/``OPENAI_API_KEY``."""
+
+    critic: LLM | str | None = None
+    """The critic model: an ``LLM``, an OpenAI-compatible base URL, or None for the OpenAI client's environment."""
+    model: str = "gpt-4.1-mini"
+    """The critic's model name when ``critic`` is not an ``LLM``."""
+    temperature: float = 1.0
+    """The critic's sampling temperature (diversity of critiques and edits)."""
+    max_retries: int = 2
+    """Retries of one critic call by the OpenAI client (on connection errors, 408/409/429/5xx)."""
+    run_id: str | None = None
+    """The run's id (and the name of its resources bundle); a fresh one when None."""
+    result: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    def critic_llm(self) -> LLM:
+        """The critic model as an ``LLM`` resource."""
+        if isinstance(self.critic, LLM):
+            return self.critic
+        endpoint = self.critic or os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
+        return LLM(endpoint=endpoint, model=self.model, api_key=os.environ.get("OPENAI_API_KEY"))
+
+    async def fit(self, trainer: Trainer, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
+        """Search; returns the best template, its published version, the seed's and the best's full-val reward."""
+        seed = trainer.initial_resources.get(self.prompt_resource)
+        if not isinstance(seed, PromptTemplate):
+            names = sorted(trainer.initial_resources)
+            raise ValueError(
+                f"APO needs a PromptTemplate named {self.prompt_resource!r} in initial_resources ({names})"
+            )
+        if not train or not val:
+            raise ValueError("APO needs a training and a validation dataset")
+        if why := unusable(seed, train + val):
+            raise ValueError(f"APO: the initial template cannot be used: {why}")
+        run_id = self.run_id or new_run_id()
+        async with (
+            bus(trainer.settings, trainer.say) as settings,
+            local_system(settings, agent, trainer.n_runners) as s,
+        ):
+            store = await connect(settings=s.nats, name="voltbus-apo")
+            session = Session(store, run_id, s.projector.url)
+            critic = Critic(self.critic_llm(), self.temperature, self.max_retries)
+            try:
+                history = await session.open("apo", self._config())
+                if history.begun:
+                    raise LearnerError(f"APO run {run_id} has steps already; APO does not resume: use a new run id")
+                search = Search(self, session, critic, trainer.initial_resources, train, val, trainer.say)
+                try:
+                    self.result = await search.run(seed)
+                except Exception as exc:
+                    await session.finish("failed", repr(exc)[:500])
+                    raise
+                await session.finish("succeeded")
+                self.result["namespace"] = s.nats.namespace
+            finally:
+                await critic.close()
+                await session.close()
+                await store.close()
+        return self.result
+
+    def _config(self) -> dict[str, Any]:
+        llm = self.critic_llm()
+        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("critic", "result")}
+        return plain | {"critic_endpoint": llm.endpoint, "critic_model": llm.model}

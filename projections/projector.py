@@ -102,11 +102,10 @@ class Projector:
             if item.seq != last + 1:
                 log.error("GAP in %s: after seq %d came %d (messages missing from the log)", stream, last, item.seq)
                 rows["gaps"].append({"stream": stream, "after_seq": last, "next_seq": item.seq})
-            last = item.seq
+            last, stamp = item.seq, item.time or stamp
             if isinstance(item, BadEvent):
                 rows["quarantine"].append(_parked(stream, item.seq, item.subject, item.reason, item.data))
                 continue
-            stamp = item.time
             try:
                 self._rows_of(stream, item, rows, touched, activity)
             except Exception as exc:  # one event that cannot be applied must not block the projection

@@ -33,7 +33,7 @@ def _record(msg: Msg, subject: str, decode: Callable[[bytes], AnyEvent]) -> Enve
     try:
         return Envelope(seq=seq, subject=stored_on, time=time, event=decode(msg.data))
     except DecodeError as exc:
-        return BadEvent(seq=seq, subject=stored_on, data=msg.data, reason=exc.reason)
+        return BadEvent(seq=seq, subject=stored_on, data=msg.data, reason=exc.reason, time=time)
 
 
 async def _batch(nc: Client, stream: str, subject: str, from_seq: int, timeout: float) -> tuple[list[Msg], int]:

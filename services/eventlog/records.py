@@ -31,6 +31,8 @@ class BadEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The raw payload."""
     reason: str
     """Why it could not be decoded."""
+    time: float = 0.0
+    """When the server stored it (seconds since the epoch); 0.0 if unknown."""
 
 
 class Appended(msgspec.Struct, frozen=True, kw_only=True):

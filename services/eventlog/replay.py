@@ -33,11 +33,11 @@ def _start(from_seq: int, from_time: float | None) -> tuple[DeliverPolicy, Consu
 
 def _item(msg: Msg, decode: Callable[[bytes], AnyEvent]) -> Envelope | BadEvent:
     meta = msg.metadata
-    seq = meta.sequence.stream
+    seq, stored = meta.sequence.stream, meta.timestamp.timestamp()
     try:
-        return Envelope(seq=seq, subject=msg.subject, time=meta.timestamp.timestamp(), event=decode(msg.data))
+        return Envelope(seq=seq, subject=msg.subject, time=stored, event=decode(msg.data))
     except DecodeError as exc:
-        return BadEvent(seq=seq, subject=msg.subject, data=msg.data, reason=exc.reason)
+        return BadEvent(seq=seq, subject=msg.subject, data=msg.data, reason=exc.reason, time=stored)
 
 
 async def replay_stream(

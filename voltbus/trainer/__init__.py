@@ -2,7 +2,7 @@
 trains the agent's policy with the whole system (bus, coordinator, projector, CPU inference, gateway,
 runners, learner) in this process; ``.dev(agent, tasks)`` runs the tasks once with fixed resources.
 
-Components may be given as instances, classes or import strings (``"voltbus.GRPO"``).
+Components may be given as instances, classes or import strings (``"voltbus.trainer.GRPO"``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Warm start: short supervised pretraining on single-digit addition, so the policy is right only sometimes.
 
 The prompt is ``<s>a+b=`` and the answer ``str(a+b)</s>``; for half of the samples the answer is the
-distractor ``a+b+1``. The model learns the format and both answers, so greedy decoding is right
+distractor ``a+b+1``. The model learns the format and both answers, so a sampled answer is right
 about half of the time and RL has something to improve (research: cpu-learner.md §3a).
 """
 

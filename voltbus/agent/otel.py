@@ -74,7 +74,7 @@ class LogTracer:
         self.provider.add_span_processor(self.collector)
         self.otel = self.provider.get_tracer(name)
         self.pending: dict[str, list[tuple[str, ReadableSpan]]] = {}
-        self._flushing: asyncio.Lock | None = None
+        self._locks: dict[str, asyncio.Lock] = {}
 
     @contextlib.contextmanager
     def attempt(self, rollout_id: str, attempt_id: str) -> Iterator[None]:
@@ -115,29 +115,34 @@ class LogTracer:
             self.pending.setdefault(rollout_id, []).append((attempt_id, span))
 
     async def flush(self, rollout_id: str | None = None) -> int:
-        """Publish the ended spans (of one rollout, or all); return how many. Raise if the bus refuses them."""
-        self._flushing = self._flushing or asyncio.Lock()
-        async with self._flushing:  # one flush at a time: each span is published once, in end order
-            return await self._flush(rollout_id)
+        """Publish the ended spans (of one rollout, or all); return how many. Raise if the bus refuses them.
 
-    async def _flush(self, rollout_id: str | None) -> int:
+        Each rollout's spans go out in end order, one flush of that rollout at a time; different
+        rollouts flush concurrently (one lock for all serialized every slot's end behind the others)."""
         self._drain()
         sent = 0
         for rid in [rollout_id] if rollout_id else list(self.pending):
-            spans = self.pending.get(rid) or []
-            if not spans:
-                continue
-            last = await self.store.log.next_sequence(rid, len(spans))
-            first = last - len(spans) + 1
-            records = [span_from_otel(s, rid, aid, first + i) for i, (aid, s) in enumerate(spans)]
-            try:
-                await self.store.log.publish_spans(events_of(records))
-            except VoltbusError:
-                log.error("rollout_id=%s: %d spans not published yet; they stay queued", rid, len(spans))
-                raise
-            self.pending.pop(rid, None)
-            sent += len(spans)
+            sent += await self._flush_one(rid)
+        if len(self._locks) > 10_000:  # forget locks of rollouts with nothing pending and no flush running
+            self._locks = {r: lock for r, lock in self._locks.items() if lock.locked() or self.pending.get(r)}
         return sent
+
+    async def _flush_one(self, rid: str) -> int:
+        async with self._locks.setdefault(rid, asyncio.Lock()):
+            spans = self.pending.pop(rid, None)
+            if not spans:
+                return 0
+            try:
+                last = await self.store.log.next_sequence(rid, len(spans))
+                first = last - len(spans) + 1
+                records = [span_from_otel(s, rid, aid, first + i) for i, (aid, s) in enumerate(spans)]
+                await self.store.log.publish_spans(events_of(records))
+            except BaseException as exc:
+                self.pending[rid] = spans + self.pending.get(rid, [])  # kept, in order, for the next flush
+                if isinstance(exc, VoltbusError):
+                    log.error("rollout_id=%s: %d spans not published yet; they stay queued", rid, len(spans))
+                raise
+            return len(spans)
 
     def shutdown(self) -> None:
         """Stop the provider."""

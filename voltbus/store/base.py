@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from voltbus.schemas.commands import RolloutCommand
 from voltbus.schemas.errors import UnknownRollout
@@ -26,6 +27,8 @@ class StoreBase:
         self.settings: NatsSettings = log.settings
         self.topology = log.topology
         self.clock = clock
+        self._pinned_resources: dict[str, Any] = {}
+        """Resources versions read by pinned id (immutable, so kept); see ``get_resources_by_id``."""
 
     async def _state(self, rollout_id: str) -> RolloutState:
         """A rollout's current state; UnknownRollout if it does not exist."""

@@ -68,13 +68,22 @@ class ResourceMethods(StoreBase):
         return await self._publish(resources_id.split(VERSION_SEP)[0], resources)
 
     async def get_resources_by_id(self, resources_id: str) -> ResourcesUpdate | None:
-        """A bundle's latest version, or the exact version for a pinned id (``rs-…:3``)."""
+        """A bundle's latest version, or the exact version for a pinned id (``rs-…:3``). Pinned versions
+        never change, so they are kept once read (every rollout of a batch asks for the same one)."""
         name, _, version = resources_id.partition(VERSION_SEP)
+        pinned_cache = self._pinned_resources
+        if version and resources_id in pinned_cache:
+            return pinned_cache[resources_id]
         versions = await self._versions(name)
         if not versions:
             return None
         chosen = versions[-1] if not version else next((v for v in versions if str(v.version) == version), None)
-        return resources_view(chosen, versions[0].created_at) if chosen else None
+        found = resources_view(chosen, versions[0].created_at) if chosen else None
+        if version and found is not None:
+            if len(pinned_cache) >= 1024:
+                pinned_cache.clear()
+            pinned_cache[resources_id] = found
+        return found
 
     async def resources_history(self, resources_id: str) -> list[ResourcesUpdate]:
         """voltbus addition: every version of a bundle, oldest first."""

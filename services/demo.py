@@ -67,8 +67,18 @@ def run_demo(
     example = load_example()
     settings.nats.namespace = f"demo{uuid.uuid4().hex[:8]}"
     tasks = example.tasks()
-    algo = GRPO(model_dir=EXAMPLE / "model", steps=steps, tasks_per_step=tasks_per_step, group_size=group_size, lr=5e-4)
-    say(f"training {EXAMPLE.name}: {steps} GRPO steps of {tasks_per_step} tasks x {group_size} rollouts")
+    algo = GRPO(
+        model_dir=EXAMPLE / "model",
+        steps=steps,
+        time_budget_s=budget_s,
+        tasks_per_step=tasks_per_step,
+        group_size=group_size,
+        lr=5e-4,
+    )
+    say(
+        f"training {EXAMPLE.name}: up to {steps} GRPO steps of {tasks_per_step} tasks x {group_size} rollouts, "
+        f"for at most {budget_s:.0f}s"
+    )
     started = time.monotonic()
     result = Trainer(algorithm=algo, n_runners=64, settings=settings, say=say).fit(example.arith_agent, tasks, tasks)
     curve = [m["reward_mean"] for m in result["steps"]]

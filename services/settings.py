@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import platformdirs
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -297,6 +297,12 @@ class LearnerSettings(BaseModel):
     @classmethod
     def _split_urls(cls, value: object) -> object:
         return _url_list(value)
+
+    @model_validator(mode="after")
+    def _overlap_needs_staleness(self) -> LearnerSettings:
+        if self.overlap and self.max_staleness < 1:
+            raise ValueError("overlap samples the next batch with the previous version: it needs max_staleness >= 1")
+        return self
 
 
 class Settings(BaseSettings):

@@ -64,3 +64,19 @@ def test_a_time_budget_stops_the_run_after_the_step_that_spends_it(
     assert len(result["steps"]) == 1 and any("time budget" in line for line in lines)
     events = asyncio.run(run_events(nats_settings, result["run_id"]))
     assert isinstance(events[-1], RunFinished) and events[-1].status == "succeeded"
+
+
+@pytest.mark.timeout(300)
+def test_overlap_trains_on_one_version_old_rows_and_reports_it(
+    nats_settings: NatsSettings, policy_dir: Path, tmp_path: Path
+) -> None:
+    """With overlap, step n+1's batch is sampled while step n trains: rows one version old are kept and reported."""
+    tasks = [{"id": f"t{i}", "a": i, "b": 3} for i in range(4)]
+    algo = GRPO(model_dir=policy_dir, steps=3, overlap=True, tasks_per_step=2, group_size=2, weights_dir=tmp_path)
+    result = Trainer(algorithm=algo, n_runners=4, settings=Settings(nats=nats_settings), say=print).fit(
+        text_agent, tasks
+    )
+    staleness = [m["staleness_max"] for m in result["steps"]]
+    assert staleness == [0.0, 1.0, 1.0] and all(m["rows_dropped_stale"] == 0 for m in result["steps"])
+    with pytest.raises(ValueError, match="max_staleness >= 1"):
+        GRPO(model_dir=policy_dir, overlap=True, max_staleness=0)

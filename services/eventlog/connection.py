@@ -25,7 +25,7 @@ async def connect(settings: NatsSettings, name: str = "voltbus") -> Client:
     async def on_error(exc: Exception) -> None:
         errors.append(str(exc) or type(exc).__name__)
         if nc.is_connected:
-            log.warning("nats: %s", errors[-1])
+            log.warning("nats (%s): %s", name, errors[-1])
 
     async def on_disconnect() -> None:
         if nc.connected_url is None:

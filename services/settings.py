@@ -266,6 +266,10 @@ class LearnerSettings(BaseModel):
     """Where each version's weights and the optimizer state are written (a path inference servers can read)."""
     inference_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Inference servers (without ``/v1``) to wait for until they serve a new version; empty: don't wait."""
+    weights_in_bus_mb: float = Field(default=256.0, ge=0)
+    """Weights files up to this size are also stored in the bus's object store (``<ns>-weights``) and
+    referenced there (``nats-obj://``), so inference servers on other machines can load them; larger
+    ones (and all, with 0) are referenced by their path under ``weights_dir``."""
     steps: int = Field(default=20, ge=1)
     """Learner steps of the run."""
     tasks_per_step: int = Field(default=16, ge=1)

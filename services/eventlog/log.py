@@ -8,6 +8,7 @@ import json
 import logging
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from pathlib import Path
 from typing import Generic, Literal, Protocol, TypeVar
 
 import msgspec
@@ -22,6 +23,7 @@ from voltbus.schemas.errors import ConcurrencyConflict, PublishFailed
 from voltbus.schemas.subjects import Topology, aggregate_of, subject_for
 
 from ..settings import NatsSettings
+from . import objects
 from .append import Expectation, Message, Writer
 from .connection import connect
 from .feed import Feed
@@ -83,6 +85,19 @@ class EventLog:
             with contextlib.suppress(RuntimeError):  # one still being iterated elsewhere ends with the connection
                 await replay.aclose()
         await self.nc.drain()
+
+    @property
+    def weights_bucket(self) -> str:
+        """The object store of this namespace's policy weights."""
+        return f"{self.topology.namespace}-weights"
+
+    async def put_weights(self, name: str, path: Path) -> str:
+        """Store a weights file in the bus (``nats-obj://<ns>-weights/<name>``); returns its reference."""
+        return await objects.put_file(self.js, self.weights_bucket, name, path)
+
+    async def fetch_weights(self, uri: str, cache: Path, sha256: str) -> Path:
+        """A local, digest-checked copy of weights stored in the bus (fetched once per digest)."""
+        return await objects.fetch_file(self.js, uri, cache, sha256)
 
     async def ensure_streams(self) -> list[str]:
         """Create the streams if needed; refuse incompatible existing ones."""

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
+from pathlib import Path
 
 from transformers import PreTrainedModel
 
 from voltbus.schemas.resources import LLM, ResourcesPublished, WeightsRef
 from voltbus.services.eventlog import Envelope, EventLog
+from voltbus.services.eventlog.objects import SCHEME
 from voltbus.services.settings import Settings
 
 from .swap import Weights, swap
@@ -34,9 +37,19 @@ def weights_for(event: object, model_name: str) -> WeightsRef | None:
     return None
 
 
-async def serve_version(model: PreTrainedModel, weights: Weights, event: ResourcesPublished, ref: WeightsRef) -> None:
+CACHE = Path(tempfile.gettempdir()) / "voltbus-weights"
+"""Where weights fetched from the bus are kept, one file per digest."""
+
+
+async def serve_version(
+    model: PreTrainedModel, weights: Weights, event: ResourcesPublished, ref: WeightsRef, eventlog: EventLog
+) -> None:
+    """Swap to a version's weights: a file path, or an object in the bus (``nats-obj://``, fetched first)."""
     try:
-        await swap(model, weights, ref.uri, event.resources_id, ref.sha256)
+        path = ref.uri
+        if path.startswith(SCHEME):
+            path = str(await eventlog.fetch_weights(ref.uri, CACHE, ref.sha256))
+        await swap(model, weights, path, event.resources_id, ref.sha256)
     except Exception as exc:
         log.error("not serving resources %s: %s", event.resources_id, exc)
 
@@ -51,12 +64,12 @@ async def follow_resources(settings: Settings, model: PreTrainedModel, weights: 
             (e.event, ref) for e in stored if isinstance(e, Envelope) and (ref := weights_for(e.event, model_name))
         ]
         if matching:
-            await serve_version(model, weights, *matching[-1])  # type: ignore[arg-type]
+            await serve_version(model, weights, *matching[-1], eventlog)  # type: ignore[arg-type]
         log.info("following resources on %s for model %s from sequence %d", subject, model_name, last + 1)
         async for item in eventlog.replay("control", from_seq=last + 1, follow=True, subject=subject):
             event = getattr(item, "event", None)
             if (ref := weights_for(event, model_name)) is not None:
-                await serve_version(model, weights, event, ref)  # type: ignore[arg-type]
+                await serve_version(model, weights, event, ref, eventlog)  # type: ignore[arg-type]
     finally:
         await eventlog.close()
 

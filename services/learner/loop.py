@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import statistics
 import time
@@ -68,9 +69,11 @@ class GRPO:
             if isinstance(llm, ProxyLLM) and llm.weights is not None and llm.weights.sha256 == sha256:
                 return f"{session.run_id}:{latest.version}"
         s = self.settings
-        llm = ProxyLLM(
-            endpoint=s.gateway_url, model=s.served_model_name, weights=WeightsRef(uri=str(weights), sha256=sha256)
-        )
+        uri = str(weights)
+        size = await asyncio.to_thread(os.path.getsize, weights)
+        if size <= s.weights_in_bus_mb * 1024 * 1024:  # in the bus: servable from any machine
+            uri = await session.store.log.put_weights(f"{session.run_id}/{sha256[:16]}.safetensors", weights)
+        llm = ProxyLLM(endpoint=s.gateway_url, model=s.served_model_name, weights=WeightsRef(uri=uri, sha256=sha256))
         update_ = await session.store.update_resources(session.run_id, {**self.extra, "main_llm": llm})
         return f"{session.run_id}:{update_.version}"
 

@@ -39,6 +39,18 @@ def test_fit_runs_the_loop_and_publishes_versions(nats_settings: NatsSettings, p
     assert isinstance(events[-1], RunFinished) and events[-1].status == "succeeded"
     assert sum(line.startswith("step ") for line in lines) == 2
     assert (tmp_path / "w" / result["run_id"] / "step-1" / "model.safetensors").is_file()
+    llm = asyncio.run(latest_llm(nats_settings, result["run_id"]))
+    assert llm.weights is not None and llm.weights.uri.startswith("nats-obj://")  # in the bus: servable anywhere
+
+
+async def latest_llm(nats: NatsSettings, run_id: str) -> Any:
+    store = await connect(settings=nats)
+    try:
+        latest = await store.get_resources_by_id(run_id)
+    finally:
+        await store.close()
+    assert latest is not None
+    return latest.resources["main_llm"]
 
 
 async def run_events(nats: NatsSettings, run_id: str) -> list[Any]:

@@ -1,0 +1,78 @@
+"""Files kept in the bus: a JetStream object store per namespace (``<ns>-weights``), for policy weights
+small enough to travel through NATS, so a learner and inference servers on different machines share
+no filesystem. An object is named by the caller and referenced as ``nats-obj://<bucket>/<name>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+
+from nats.js import JetStreamContext
+from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.errors import NotFoundError
+
+from voltbus.schemas.errors import VoltbusError
+
+SCHEME = "nats-obj://"
+
+
+class ObjectMissing(VoltbusError):
+    """An object reference names nothing the bus holds (or its digest does not match)."""
+
+
+def object_uri(bucket: str, name: str) -> str:
+    """The reference of an object.
+
+    >>> object_uri("vb-weights", "run-1/step-3.safetensors")
+    'nats-obj://vb-weights/run-1/step-3.safetensors'
+    """
+    return f"{SCHEME}{bucket}/{name}"
+
+
+def parse_uri(uri: str) -> tuple[str, str]:
+    """(bucket, name) of an object reference; ValueError for anything else.
+
+    >>> parse_uri("nats-obj://vb-weights/run-1/step-3.safetensors")
+    ('vb-weights', 'run-1/step-3.safetensors')
+    """
+    if not uri.startswith(SCHEME) or "/" not in uri[len(SCHEME) :]:
+        raise ValueError(f"not an object reference: {uri!r} (expected {SCHEME}<bucket>/<name>)")
+    bucket, _, name = uri[len(SCHEME) :].partition("/")
+    return bucket, name
+
+
+async def put_file(js: JetStreamContext, bucket: str, name: str, path: Path) -> str:
+    """Store ``path`` as object ``name`` (the bucket is created if needed); returns its reference."""
+    try:
+        store = await js.object_store(bucket)
+    except NotFoundError:
+        store = await js.create_object_store(bucket, ObjectStoreConfig(bucket=bucket, storage=StorageType.FILE))
+    with path.open("rb") as f:
+        await store.put(name, f)
+    return object_uri(bucket, name)
+
+
+async def fetch_file(js: JetStreamContext, uri: str, cache: Path, sha256: str) -> Path:
+    """A local copy of an object, kept in ``cache`` under its digest (fetched once); checked against it."""
+    target = cache / f"{sha256}.safetensors"
+    if target.is_file():
+        return target
+    bucket, name = parse_uri(uri)
+    try:
+        result = await (await js.object_store(bucket)).get(name)
+    except NotFoundError:
+        raise ObjectMissing(f"{uri}: no such object in the bus") from None
+    data = result.data or b""
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise ObjectMissing(f"{uri}: its sha256 is not {sha256}")
+    await asyncio.to_thread(_save, target, data)
+    return target
+
+
+def _save(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".part")
+    partial.write_bytes(data)
+    partial.replace(target)  # whole or absent: a reader never sees half a file

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -111,14 +112,18 @@ async def dead_letters(store: Store) -> None:
     """Park every rollout whose dispatch message exhausted its deliveries (durable, shared consumer)."""
     topo = store.topology
     sub = await store.log.js.pull_subscribe("", durable=f"{topo.namespace}-deadletters", stream=topo.advisories_stream)
-    while True:
-        try:
-            msgs = await sub.fetch(10, timeout=5)
-        except TimeoutError:  # nats-py raises both its own and asyncio's TimeoutError here
-            continue
-        for msg in msgs:
+    try:
+        while True:
             try:
-                await park(store, msg)
-            except VoltbusError as exc:
-                log.error("could not park advisory %s: %s", msg.data[:200], exc)
-                await msg.nak(delay=5)
+                msgs = await sub.fetch(10, timeout=5)
+            except TimeoutError:  # nats-py raises both its own and asyncio's TimeoutError here
+                continue
+            for msg in msgs:
+                try:
+                    await park(store, msg)
+                except VoltbusError as exc:
+                    log.error("could not park advisory %s: %s", msg.data[:200], exc)
+                    await msg.nak(delay=5)
+    finally:
+        with contextlib.suppress(Exception):  # a pending fetch would otherwise hold the connection's drain 5 s
+            await sub.unsubscribe()

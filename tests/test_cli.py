@@ -111,11 +111,18 @@ def test_schemas_export_writes_the_catalog(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "command",
     ["nats", "check", "demo", "streams", "schemas", "coordinator", "projector", "sql", "replay", "export", "runner"]
-    + ["reproject", "data", "export-training"],
+    + ["reproject", "data", "export-training", "learner", "train", "inference", "model", "gateway"],
 )
 def test_every_command_has_help(command: str) -> None:
     result = run(command, "--help")
     assert result.returncode == 0 and "Usage" in result.stdout
+
+
+def test_train_without_offline_and_learner_without_tasks_say_what_to_do(tmp_path: Path) -> None:
+    line = one_line_error(run("train"))
+    assert "pass --offline" in line
+    line = one_line_error(run("learner", "--tasks", str(tmp_path / "missing.jsonl")))
+    assert "task file" in line and "not found" in line
 
 
 def test_runner_reports_an_agent_that_does_not_import(nats_server: object) -> None:

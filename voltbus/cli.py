@@ -360,6 +360,31 @@ def model_init(
     say(f"wrote {out} (sha256 {weights_sha256(out)[:12]})")
 
 
+@app.command()
+def up(
+    services: Annotated[str | None, typer.Option(help="comma-separated services to start (default: all)")] = None,
+    profile: Annotated[list[str] | None, typer.Option(help="also start this compose profile's services")] = None,
+    file: Annotated[Path, typer.Option("--file", "-f", help="the compose file")] = Path("docker-compose.yml"),
+    data_dir: Annotated[Path | None, typer.Option(help="where named volumes live (default: <data dir>/up)")] = None,
+    timeout_s: Annotated[float, typer.Option("--timeout-s", help="readiness deadline of each service")] = 180.0,
+    keep_going: Annotated[bool, typer.Option(help="keep the rest running when a service dies")] = False,
+) -> None:
+    """Run docker-compose.yml's services as local processes (embedded bus, no Docker); Ctrl-C stops them."""
+    import os
+
+    import platformdirs
+
+    from voltbus.services.compose import ComposeError, load_topology
+    from voltbus.services.up import run_up, select
+
+    if not file.is_file():
+        raise ComposeError(f"no compose file at {file.resolve()} (run from the repository root or pass --file)")
+    data_dir = data_dir or Path(platformdirs.user_data_dir("voltbus")) / "up"
+    topology = load_topology(file, os.environ, data_dir.resolve())
+    chosen = select(topology, services.split(",") if services else None, profile or [])
+    raise typer.Exit(run_up(chosen, file.resolve().parent, data_dir, timeout_s, keep_going, say))
+
+
 def main() -> None:
     """Console entry point: run the app, turning voltbus errors into one line and exit code 1."""
     try:

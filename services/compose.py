@@ -1,0 +1,148 @@
+"""docker-compose.yml read as a local topology: what ``voltbus up`` runs, one spec per service.
+
+The file is interpolated the way compose does it (``${VAR:-default}`` from the environment), then
+each service is translated for one machine: service hostnames and ``0.0.0.0`` become ``127.0.0.1``,
+a named volume's mount point becomes ``<data dir>/<volume>``, ``voltbus`` is this Python's CLI, and
+the health check's URL is what readiness polls. Ports are the same inside and outside containers.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from voltbus.schemas.errors import VoltbusError
+
+_VAR = re.compile(r"\$\{(\w+)(?:(:?-)([^}]*))?\}")
+_URL = re.compile(r"https?://[^'\"\s]+")
+VOLTBUS = [sys.executable, "-c", "from voltbus.cli import main; main()"]
+
+
+class ComposeError(VoltbusError):
+    """The compose file cannot be read or names something ``voltbus up`` cannot run."""
+
+
+@dataclass(frozen=True)
+class Service:
+    """One compose service as local processes."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    replicas: int = 1
+    depends_on: list[str] = field(default_factory=list)
+    health_url: str | None = None
+    host_ports: list[int] = field(default_factory=list)
+    profiles: list[str] = field(default_factory=list)
+    volumes: dict[str, Path] = field(default_factory=dict)
+    """Local directory of each named volume, by its mount point in the container."""
+
+
+def interpolate(text: str, env: Mapping[str, str]) -> str:
+    """Compose's variable substitution: ``${X}``, ``${X-default}`` (unset) and ``${X:-default}`` (unset or empty).
+
+    >>> interpolate("p=${P:-8765} q=${Q-1} r=${R}", {"P": "", "Q": ""})
+    'p=8765 q= r='
+    """
+
+    def sub(m: re.Match[str]) -> str:
+        name, op, default = m.groups()
+        value = env.get(name)
+        if op == ":-" and not value or op == "-" and value is None:
+            return default
+        return value or ""
+
+    return _VAR.sub(sub, text)
+
+
+def read_compose(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
+    """The compose document after interpolation (YAML anchors and merge keys resolved)."""
+    try:
+        doc = yaml.safe_load(interpolate(path.read_text(), env))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ComposeError(f"cannot read {path}: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("services"), dict):
+        raise ComposeError(f"{path} has no services")
+    return doc
+
+
+def localize(text: str, names: list[str], volumes: dict[str, Path]) -> str:
+    """One value as it must read outside containers.
+
+    >>> localize("nats://nats:4222", ["nats"], {})
+    'nats://127.0.0.1:4222'
+    >>> localize("/data/x.duckdb", [], {"/data": Path("/tmp/v")})
+    '/tmp/v/x.duckdb'
+    """
+    if text == "0.0.0.0":
+        return "127.0.0.1"
+    for name in names:
+        text = text.replace(f"//{name}:", "//127.0.0.1:")
+    for target, local in volumes.items():
+        if text == target or text.startswith(target + "/"):
+            return str(local) + text[len(target) :]
+    return text
+
+
+def _host_port(spec: str) -> int:
+    """The host side of ``[ip:]host:container`` (or a bare port)."""
+    parts = str(spec).split(":")
+    return int(parts[-2] if len(parts) >= 2 else parts[0])
+
+
+def _service(name: str, raw: dict[str, Any], names: list[str], data_dir: Path) -> Service:
+    volumes = {}
+    for v in raw.get("volumes", []):
+        source, target = str(v).split(":")[:2]
+        volumes[target] = data_dir / source
+    command = [str(a) for a in raw.get("command", [])]
+    argv = VOLTBUS + command[1:] if command[:1] == ["voltbus"] else command
+    test = " ".join(str(t) for t in (raw.get("healthcheck") or {}).get("test", []))
+    url = _URL.search(test)
+    deps = raw.get("depends_on", [])
+    return Service(
+        name=name,
+        argv=[localize(a, names, volumes) for a in argv],
+        env={str(k): localize(str(v), names, volumes) for k, v in (raw.get("environment") or {}).items()},
+        replicas=int((raw.get("deploy") or {}).get("replicas", 1)),
+        depends_on=list(deps),
+        health_url=localize(url.group(0), names, volumes) if url else None,
+        host_ports=[_host_port(p) for p in raw.get("ports", [])],
+        profiles=list(raw.get("profiles", [])),
+        volumes=volumes,
+    )
+
+
+def load_topology(path: Path, env: Mapping[str, str], data_dir: Path) -> dict[str, Service]:
+    """Every service of the compose file at ``path``, localized, in the file's order."""
+    services = read_compose(path, env)["services"]
+    names = list(services)
+    return {name: _service(name, raw or {}, names, data_dir) for name, raw in services.items()}
+
+
+def start_order(services: dict[str, Service]) -> list[str]:
+    """Services ordered so each comes after what it depends on (among ``services``).
+
+    >>> start_order({"b": Service("b", [], depends_on=["a"]), "a": Service("a", [])})
+    ['a', 'b']
+    """
+    order: list[str] = []
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in path:
+            raise ComposeError(f"dependency cycle: {' -> '.join(path + (name,))}")
+        if name in order or name not in services:
+            return
+        for dep in services[name].depends_on:
+            visit(dep, path + (name,))
+        order.append(name)
+
+    for name in services:
+        visit(name, ())
+    return order

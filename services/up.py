@@ -1,0 +1,219 @@
+"""``voltbus up``: docker-compose.yml's topology as local processes, supervised.
+
+The ``nats`` service is the embedded nats-server; every other service runs its compose command
+(``services/compose.py`` localizes it) in its own process group, logs prefixed with its name. Each
+service is started once what it depends on is ready (bus up, or its health URL answering 200), within
+a deadline. Ctrl-C or SIGTERM stops everything (SIGTERM to each group, SIGKILL after a grace period);
+a service that dies is reported with its exit code and last lines, and the rest are stopped.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from voltbus.schemas.errors import BusStartFailed, VoltbusError
+
+from .compose import Service, start_order
+from .natsserver import NatsServer
+from .settings import BusSettings
+
+_COLORS = [36, 33, 35, 32, 34, 91, 96, 93, 95, 92]
+
+
+class ServiceFailed(VoltbusError):
+    """A service did not come up, or died."""
+
+
+class Child:
+    """One process of a service: its process group, its log tail, its prefixed output."""
+
+    def __init__(self, label: str, service: Service, cwd: Path, color: int | None, wake: threading.Event) -> None:
+        self.label, self.service, self.tail = label, service, collections.deque[str](maxlen=20)
+        self.prefix = f"\x1b[{color}m{label:<12}|\x1b[0m " if color else f"{label:<12}| "
+        env = os.environ | service.env | {"PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            service.argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self._wake = wake
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            self.tail.append(line)
+            sys.stdout.write(self.prefix + line + "\n")
+            sys.stdout.flush()
+        self.proc.wait()
+        self._wake.set()
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the whole process group."""
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def last_lines(self) -> str:
+        return "\n".join(f"    {line}" for line in self.tail) or "    (no output)"
+
+
+class Up:
+    """The running topology."""
+
+    def __init__(self, services: dict[str, Service], cwd: Path, data_dir: Path, say: Callable[[str], None]) -> None:
+        self.services, self.cwd, self.data_dir, self.say = services, cwd, data_dir, say
+        self.children: list[Child] = []
+        self.bus: NatsServer | None = None
+        self.wake, self.stopping = threading.Event(), threading.Event()
+        self.color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+    def start(self, deadline_s: float) -> None:
+        """Start every service in dependency order, each once its dependencies are ready."""
+        order = start_order(self.services)
+        for n, name in enumerate(order, 1):
+            service, began = self.services[name], time.monotonic()
+            self.say(f"up: starting {name} ({n}/{len(order)})")
+            for path in service.volumes.values():
+                path.mkdir(parents=True, exist_ok=True)
+            where = self._start_bus(service, deadline_s) if name == "nats" else self._start(service, n, deadline_s)
+            self.say(f"up: {name} ready in {time.monotonic() - began:.1f}s{where}")
+
+    def _start_bus(self, service: Service, deadline_s: float) -> str:
+        port, monitor = (service.host_ports + [4222, 8222])[:2]
+        bus = BusSettings(data_dir=next(iter(service.volumes.values()), self.data_dir / "nats"), port=port)
+        self.bus = NatsServer(bus.model_copy(update={"monitor_port": monitor}), 4 * 1024 * 1024)
+        try:
+            self.bus.start(timeout=deadline_s)
+        except BusStartFailed as exc:
+            raise ServiceFailed(f"nats did not come up: {exc}") from None
+        return f" at {self.bus.url}"
+
+    def _start(self, service: Service, n: int, deadline_s: float) -> str:
+        color = _COLORS[n % len(_COLORS)] if self.color else None
+        for i in range(service.replicas):
+            label = service.name if service.replicas == 1 else f"{service.name}.{i + 1}"
+            self.children.append(Child(label, service, self.cwd, color, self.wake))
+        if service.health_url:
+            self._wait_healthy(service, time.monotonic() + deadline_s)
+            return f" ({service.health_url})"
+        return f" ({service.replicas} processes)" if service.replicas > 1 else ""
+
+    def _wait_healthy(self, service: Service, deadline: float) -> None:
+        mine = [c for c in self.children if c.service is service]
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            for child in mine:
+                if child.proc.poll() is not None:
+                    raise ServiceFailed(self._died(child))
+            try:
+                if httpx.get(service.health_url or "", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            self.wake.wait(0.2)  # a poll interval; a child's exit ends it early
+        if self.stopping.is_set():
+            raise ServiceFailed(f"interrupted while waiting for {service.name}")
+        last = mine[0].last_lines() if mine else ""
+        raise ServiceFailed(f"{service.name} did not become healthy at {service.health_url} in time:\n{last}")
+
+    def _died(self, child: Child) -> str:
+        return f"{child.label} exited with code {child.proc.returncode}; last lines:\n{child.last_lines()}"
+
+    def supervise(self, keep_going: bool) -> int:
+        """Wait until a stop is asked (return 0) or a service dies (return 1, unless ``keep_going``)."""
+        reported: set[int] = set()
+        while not self.stopping.is_set():
+            self.wake.wait(1.0)
+            self.wake.clear()
+            for child in self.children:
+                code = child.proc.poll()
+                if code is None or child.proc.pid in reported:
+                    continue
+                reported.add(child.proc.pid)
+                if code == 0:
+                    self.say(f"up: {child.label} finished (exit 0)")
+                    continue
+                self.say(f"up: {self._died(child)}")
+                if not keep_going:
+                    return 1
+            if self.bus and self.bus.proc and self.bus.proc.poll() is not None:
+                self.say(f"up: nats exited with code {self.bus.proc.returncode}: {self.bus._last_error()}")
+                return 1
+            if self.children and len(reported) == len(self.children) and not self.bus:
+                return 1 if any(c.proc.returncode for c in self.children) else 0
+        return 0
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM every process group (dependents first), SIGKILL what is left after ``grace_s``."""
+        for child in reversed(self.children):
+            child.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for child in reversed(self.children):
+            try:
+                child.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.say(f"up: {child.label} did not stop in {grace_s:.0f}s; killing it")
+            child.signal(signal.SIGKILL)
+            child.proc.wait()
+        if self.bus:
+            self.bus.stop(timeout=grace_s)
+
+
+def select(services: dict[str, Service], names: list[str] | None, profiles: list[str]) -> dict[str, Service]:
+    """The services asked for (default: every one without a profile, plus those of ``profiles``)."""
+    if names:
+        unknown = [n for n in names if n not in services]
+        if unknown:
+            raise ServiceFailed(f"no service {', '.join(unknown)} in the compose file (it has {', '.join(services)})")
+        return {n: s for n, s in services.items() if n in names}
+    return {n: s for n, s in services.items() if not s.profiles or set(s.profiles) & set(profiles)}
+
+
+def summary(up: Up, took_s: float) -> str:
+    """The one line said once everything is ready."""
+    procs = len(up.children) + (1 if up.bus else 0)
+    parts = [f"up: {len(up.services)} services ({procs} processes) ready in {took_s:.1f}s"]
+    if up.bus:
+        parts.append(f"bus at {up.bus.url}")
+    for name, what, path in [("projector", "SQL", "/sql"), ("gateway", "gateway", "/v1")]:
+        if name in up.services and up.services[name].host_ports:
+            parts.append(f"{what} at http://127.0.0.1:{up.services[name].host_ports[0]}{path}")
+    return "; ".join(parts) + "; Ctrl-C to stop"
+
+
+def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: float, keep_going: bool,
+           say: Callable[[str], None]) -> int:  # fmt: skip
+    """Start ``services``, supervise them until Ctrl-C / SIGTERM or a death, stop them all; the exit code."""
+    up = Up(services, cwd, data_dir, say)
+
+    def request_stop(*_: object) -> None:
+        up.stopping.set()
+        up.wake.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    began, code = time.monotonic(), 1
+    try:
+        up.start(deadline_s)
+        say(summary(up, time.monotonic() - began))
+        code = up.supervise(keep_going)
+    except ServiceFailed as exc:
+        code = 0 if up.stopping.is_set() else 1
+        say(f"up: error: {exc}")
+    finally:
+        say("up: stopping")
+        up.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if up.stopping.is_set() and code == 0:
+        say("up: stopped")
+    return code

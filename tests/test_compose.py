@@ -1,0 +1,191 @@
+"""docker-compose.yml checked against the real CLI and Settings (Docker is not needed).
+
+Every ``voltbus ...`` command is parsed by the CLI's own click command (unknown options, missing
+required ones and bad values fail), every ``VOLTBUS_*`` variable must be a Settings field that
+accepts its value, and health checks, dependencies, volumes and profiles must fit together.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+from pydantic import BaseModel
+
+from voltbus.cli import app
+from voltbus.services.compose import VOLTBUS, interpolate, load_topology, read_compose, start_order
+from voltbus.services.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "docker-compose.yml"
+CORE = ["nats", "coordinator", "projector", "inference", "gateway", "runner", "learner"]
+GPU = ["vllm", "learner-verl"]
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    return read_compose(COMPOSE, {})  # every ${VB_...} at its documented default
+
+
+def services(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return doc["services"]
+
+
+def test_services_and_profiles(doc: dict[str, Any]) -> None:
+    assert list(services(doc)) == CORE + GPU
+    for name in CORE:
+        assert "profiles" not in services(doc)[name], name
+    for name in GPU:
+        assert services(doc)[name]["profiles"] == ["gpu"], name
+
+
+def click_command(name: str) -> Any:
+    group = typer.main.get_command(app)  # the click command tree the CLI really runs
+    cmd = group.commands.get(name)  # type: ignore[attr-defined]
+    assert cmd is not None, f"voltbus has no command {name!r}"
+    return cmd
+
+
+@pytest.mark.parametrize("name", [n for n in CORE if n != "nats"])
+def test_command_parses_with_the_real_cli(doc: dict[str, Any], name: str) -> None:
+    command = [str(a) for a in services(doc)[name]["command"]]
+    assert command[:2] == ["voltbus", name]
+    cmd = click_command(name)
+    ctx = cmd.make_context(f"voltbus {name}", command[2:])  # raises on an unknown or missing option
+    assert ctx.params
+    for value in ctx.params.values():
+        if isinstance(value, Path) and not value.is_absolute():
+            assert (ROOT / value).exists(), f"{name}: {value} is not in the repository"
+
+
+def setting_for(key: str) -> tuple[type[BaseModel], str]:
+    """The model and field name ``VOLTBUS_A__B`` names, or an assertion error."""
+    model: type[BaseModel] = Settings
+    parts = key.removeprefix("VOLTBUS_").lower().split("__")
+    for part in parts[:-1]:
+        assert part in model.model_fields, f"{key}: no section {part!r}"
+        model = model.model_fields[part].annotation  # type: ignore[assignment]
+    assert parts[-1] in model.model_fields, f"{key}: {model.__name__} has no field {parts[-1]!r}"
+    return model, parts[-1]
+
+
+@pytest.mark.parametrize("name", CORE[1:] + ["learner-verl"])
+def test_env_maps_to_real_settings(doc: dict[str, Any], name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = services(doc)[name]["environment"]
+    assert env, name
+    for key, value in env.items():
+        assert key.startswith("VOLTBUS_"), f"{name}: {key} is not a voltbus setting"
+        setting_for(key)
+        monkeypatch.setenv(key, str(value))
+    Settings()  # every value is valid for its field
+
+
+def test_health_checks_poll_the_services_own_endpoints(doc: dict[str, Any]) -> None:
+    endpoints = {"projector": "/health", "inference": "/healthz", "gateway": "/healthz"}
+    for name, path in endpoints.items():
+        svc = services(doc)[name]
+        port = svc["environment"][f"VOLTBUS_{name.upper()}__PORT"]
+        assert svc["environment"][f"VOLTBUS_{name.upper()}__HOST"] == "0.0.0.0"
+        assert f"http://127.0.0.1:{port}{path}" in " ".join(svc["healthcheck"]["test"]), name
+        assert svc["ports"] == [f"127.0.0.1:{port}:{port}"]
+    assert "/healthz?js-enabled-only=true" in " ".join(services(doc)["nats"]["healthcheck"]["test"])
+
+
+def test_dependencies_wait_for_health(doc: dict[str, Any]) -> None:
+    for name, svc in services(doc).items():
+        for dep, cond in (svc.get("depends_on") or {}).items():
+            assert cond == {"condition": "service_healthy"}, f"{name} -> {dep}"
+            assert "healthcheck" in services(doc)[dep], f"{name} waits for {dep}, which has no health check"
+        if name not in ("nats", "vllm"):
+            assert "nats" in svc["depends_on"] or name == "learner-verl", name
+    assert "inference" in services(doc)["gateway"]["depends_on"]
+
+
+def test_volumes_are_declared_and_used(doc: dict[str, Any]) -> None:
+    used = {str(v).split(":")[0] for s in services(doc).values() for v in s.get("volumes", [])}
+    assert used == set(doc["volumes"])
+    assert services(doc)["projector"]["volumes"] == ["projector-data:/data"]
+    assert "/data/projection.duckdb" in services(doc)["projector"]["command"]
+    assert services(doc)["learner"]["environment"]["VOLTBUS_LEARNER__WEIGHTS_DIR"].startswith("/data/")
+    conf = doc["configs"]["nats_conf"]["content"]
+    assert "sync_interval: always" in conf and "store_dir: /data" in conf
+
+
+def test_wiring_between_services(doc: dict[str, Any]) -> None:
+    s = services(doc)
+    assert s["gateway"]["command"][-1] == "http://inference:8000/v1"
+    assert s["runner"]["deploy"]["replicas"] == 2
+    assert s["learner"]["environment"]["VOLTBUS_LEARNER__GATEWAY_URL"] == "http://gateway:8766/v1"
+    name = s["inference"]["environment"]["VOLTBUS_INFERENCE__SERVED_MODEL_NAME"]
+    assert s["learner"]["environment"]["VOLTBUS_LEARNER__SERVED_MODEL_NAME"] == name
+    assert "--follow-resources" in s["inference"]["command"]
+    for name in CORE[1:]:
+        assert s[name]["environment"]["VOLTBUS_NATS__URL"] == "nats://nats:4222", name
+
+
+def test_example_files_the_services_run() -> None:
+    spec = importlib.util.spec_from_file_location("arith_agent", ROOT / "examples/arith_rl/agent.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert callable(module.arith_agent)
+    lines = (ROOT / "examples/arith_rl/tasks.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == module.tasks()
+
+
+def test_gpu_profile(doc: dict[str, Any]) -> None:
+    vllm = services(doc)["vllm"]
+    assert vllm["image"].startswith("vllm/vllm-openai")
+    assert "--enable-sleep-mode" in vllm["command"]
+    assert vllm["environment"]["VLLM_SERVER_DEV_MODE"] == "1"
+    device = vllm["deploy"]["resources"]["reservations"]["devices"][0]
+    assert device["capabilities"] == ["gpu"] and device["driver"] == "nvidia"
+    verl = services(doc)["learner-verl"]
+    assert "not built yet" in " ".join(verl["command"]) and verl["restart"] == "no"
+
+
+def test_every_variable_has_a_documented_default() -> None:
+    text = COMPOSE.read_text()
+    docs = (ROOT / "docs/deployment.md").read_text()
+    variables = re.findall(r"\$\{(\w+)(?:(:?-)([^}]*))?\}", text)
+    assert variables
+    for name, op, default in variables:
+        assert op == ":-" and default, f"${{{name}}} has no default"
+        assert f"`{name}`" in docs and default in docs, f"{name} (default {default}) is not in docs/deployment.md"
+
+
+def test_dockerfile_builds_from_the_repository() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert text.startswith("#") and "FROM python:3.11-slim" in text
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
+    assert "pip install -e '.[learn]'" in text
+    for line in text.splitlines():
+        if line.startswith("COPY "):
+            for src in line.split()[1:-1]:
+                assert (ROOT / src).exists(), src
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".git", ".venv"} <= set(ignored)
+    assert not {"voltbus", "services", "schemas", "projections", "examples"} & set(ignored)
+
+
+def test_topology_is_localized_for_voltbus_up(tmp_path: Path) -> None:
+    env = {"VB_PROJECTOR_PORT": "9999"}
+    topo = load_topology(COMPOSE, env, tmp_path)
+    assert start_order({n: s for n, s in topo.items() if not s.profiles}) == [
+        "nats", "coordinator", "projector", "inference", "gateway", "runner", "learner"
+    ]  # fmt: skip
+    for svc in topo.values():
+        text = " ".join(svc.argv + list(svc.env.values()) + [svc.health_url or ""])
+        for host in topo:
+            assert f"//{host}:" not in text, (svc.name, host)
+        assert "0.0.0.0" not in text and " /data" not in text
+    assert topo["projector"].argv[: len(VOLTBUS)] == VOLTBUS
+    assert topo["projector"].argv[-1] == str(tmp_path / "projector-data/projection.duckdb")
+    assert topo["projector"].health_url == "http://127.0.0.1:9999/health"
+    assert topo["nats"].host_ports == [4222, 8222] and topo["runner"].replicas == 2
+    assert interpolate("${VB_X:-a}", {"VB_X": "b"}) == "b"

@@ -111,6 +111,21 @@ class ProjectorSettings(BaseModel):
     """Most rows one SQL query returns over the endpoint (a clear error past it)."""
 
 
+class DashboardSettings(BaseModel):
+    """The dashboard (``voltbus dashboard``): a live web page over the projector's SQL endpoint."""
+
+    host: str = "127.0.0.1"
+    """Interface the dashboard listens on."""
+    port: int = 8780
+    """Port of the dashboard (``VOLTBUS_DASHBOARD__PORT``)."""
+    projector_url: str | None = None
+    """Where the dashboard reaches the projector's ``/sql``; None: ``projector.url``."""
+    timeout_s: float = Field(default=5.0, gt=0)
+    """Seconds one query to the projector may take before the page says it does not answer."""
+    poll_s: float = Field(default=2.0, gt=0)
+    """Seconds between the page's refreshes."""
+
+
 class RunnerSettings(BaseModel):
     """Runners: how many rollouts at once, heartbeats, isolation, shutdown."""
 
@@ -330,5 +345,7 @@ class Settings(BaseSettings):
     """CPU inference server settings."""
     learner: LearnerSettings = Field(default_factory=LearnerSettings)
     """Learner settings."""
+    dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
+    """Dashboard settings."""
     log_level: str = "INFO"
     """Logging level for every service."""

@@ -139,6 +139,22 @@ def projector(
 
 
 @app.command()
+def dashboard(
+    port: Annotated[int | None, typer.Option(help="Port (default 8780)")] = None,
+    projector_url: Annotated[
+        str | None, typer.Option(help="The projector's URL [env: VOLTBUS_DASHBOARD__PROJECTOR_URL]")
+    ] = None,
+) -> None:
+    """Run the dashboard: a live web page of the projections (statuses, reward curve, runners, spans)."""
+    from voltbus.services.dashboard.app import run
+
+    settings = settings_for()
+    updates = {"port": port, "projector_url": projector_url}
+    settings.dashboard = settings.dashboard.model_copy(update={k: v for k, v in updates.items() if v is not None})
+    asyncio.run(run(settings))
+
+
+@app.command()
 def sql(
     query: Annotated[str | None, typer.Argument(help="SELECT ...; none opens a prompt")] = None,
     db: Annotated[Path | None, typer.Option("--db", help="query this file (no projector may hold it)")] = None,

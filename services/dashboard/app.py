@@ -1,0 +1,75 @@
+"""Wiring of the dashboard: one page and the JSON it polls, read from the projector's ``/sql`` only.
+
+``GET /`` is the page (``static/index.html`` with its own small JS; no build step, nothing fetched from
+outside). The page polls ``/api/overview`` (rollout and attempt statuses, workers, runs, data quality),
+``/api/run?run_id=`` (reward and staleness per step, reward per resources version),
+``/api/rollouts`` (the picker) and ``/api/rollout?rollout_id=`` (spans, model calls, rewards).
+Each answers 503 with ``{"state": "down"}`` while no projector answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from voltbus.services.natsserver import check_port
+from voltbus.services.settings import Settings
+
+from . import handlers
+from .reader import Projections
+
+log = logging.getLogger(__name__)
+
+
+def routes() -> list[Route]:
+    """Every route of the dashboard."""
+    return [
+        Route("/", handlers.page),
+        Route("/static/{name}", handlers.static),
+        Route("/api/config", handlers.config),
+        Route("/api/overview", handlers.overview),
+        Route("/api/run", handlers.run),
+        Route("/api/rollouts", handlers.rollouts),
+        Route("/api/rollout", handlers.rollout),
+    ]
+
+
+def build_app(settings: Settings) -> Starlette:
+    """The dashboard app; its lifespan opens the HTTP client to the projector."""
+    cfg = settings.dashboard
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with httpx.AsyncClient(timeout=cfg.timeout_s) as client:
+            app.state.settings = cfg
+            app.state.projections = Projections(cfg.projector_url or settings.projector.url, client)
+            yield
+
+    return Starlette(routes=routes(), lifespan=lifespan)
+
+
+async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
+    """Serve the dashboard until ``stop`` is set (or forever); ``ready`` is set once it accepts connections."""
+    cfg = settings.dashboard
+    check_port(cfg.host, cfg.port, "dashboard")
+    server = uvicorn.Server(
+        uvicorn.Config(build_app(settings), host=cfg.host, port=cfg.port, log_level="warning", lifespan="on")
+    )
+    stop = stop or asyncio.Event()
+    log.info("dashboard on http://%s:%d reading %s", cfg.host, cfg.port, cfg.projector_url or settings.projector.url)
+    async with asyncio.TaskGroup() as tasks:
+        serving = tasks.create_task(server.serve())
+        while not server.started and not serving.done():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # uvicorn offers no start-up event
+        if ready is not None and server.started:
+            ready.set()
+        await asyncio.wait([serving, tasks.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True
+        stop.set()

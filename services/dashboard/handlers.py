@@ -1,0 +1,104 @@
+"""The dashboard's routes: the page, its static files, and the JSON endpoints the page polls."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+
+from .reader import Projections, ProjectorDown, QueryFailed
+
+STATIC = Path(__file__).parent / "static"
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def answering(handler: Callable[[Request, Projections], Awaitable[dict[str, object]]]) -> Handler:
+    """Wrap a handler: its dict as JSON; 503 when no projector answers, 502 when a query fails."""
+
+    async def endpoint(request: Request) -> Response:
+        projections: Projections = request.app.state.projections
+        try:
+            return JSONResponse(await handler(request, projections))
+        except ProjectorDown as exc:
+            return JSONResponse({"error": str(exc), "state": "down"}, status_code=503)
+        except QueryFailed as exc:
+            return JSONResponse({"error": str(exc), "state": "error"}, status_code=502)
+
+    return endpoint
+
+
+async def page(request: Request) -> Response:
+    return FileResponse(STATIC / "index.html")
+
+
+async def static(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in {"dashboard.js", "dashboard.css"}:
+        return JSONResponse({"error": f"no static file {name}"}, status_code=404)
+    return FileResponse(STATIC / name)
+
+
+async def config(request: Request) -> Response:
+    settings = request.app.state.settings
+    return JSONResponse({"projector_url": request.app.state.projections.url, "poll_s": settings.poll_s})
+
+
+@answering
+async def overview(request: Request, db: Projections) -> dict[str, object]:
+    """Statuses, runner health, runs and data quality: everything that is not one run or one rollout."""
+    rollouts, attempts, workers, runs, quality = await asyncio.gather(
+        db.rows("rollout_statuses"),
+        db.rows("attempt_statuses"),
+        db.rows("workers", now=time.time()),
+        db.rows("runs"),
+        db.rows("data_quality"),
+    )
+    empty = not (rollouts or workers or runs)
+    return {
+        "rollouts": rollouts,
+        "attempts": attempts,
+        "workers": workers,
+        "runs": runs,
+        "quality": quality,
+        "empty": empty,
+    }
+
+
+@answering
+async def run(request: Request, db: Projections) -> dict[str, object]:
+    """One run's curve: reward and staleness per step, and reward per resources version."""
+    run_id = request.query_params.get("run_id", "")
+    steps, versions = await asyncio.gather(
+        db.rows("run_steps", run_id=run_id), db.rows("version_rewards", run_id=run_id)
+    )
+    return {"run_id": run_id, "steps": steps, "versions": versions}
+
+
+@answering
+async def rollouts(request: Request, db: Projections) -> dict[str, object]:
+    """The newest rollouts, for the picker."""
+    return {"rollouts": await db.rows("recent_rollouts")}
+
+
+@answering
+async def rollout(request: Request, db: Projections) -> dict[str, object]:
+    """One rollout: its attempts, spans (the page nests them), model calls and rewards."""
+    rid = request.query_params.get("rollout_id", "")
+    found, attempts, spans, calls, rewards = await asyncio.gather(
+        *(
+            db.rows(name, rollout_id=rid)
+            for name in ("rollout", "rollout_attempts", "rollout_spans", "rollout_calls", "rollout_rewards")
+        )
+    )
+    return {
+        "rollout_id": rid,
+        "rollout": found[0] if found else None,
+        "attempts": attempts,
+        "spans": spans,
+        "calls": calls,
+        "rewards": rewards,
+    }

@@ -1,0 +1,131 @@
+"""The dashboard against a live system: its JSON endpoints, and what headless Chromium draws."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.ui import WebDriverWait
+
+from voltbus.services.settings import NatsSettings
+
+from ...conftest import free_port
+from . import workload
+from .conftest import serving, system_settings
+
+WAIT_S = 15
+# What is drawn, read from the DOM: a status table's counts; a chart's points (data x, y, then cx, cy);
+# each span's enclosing span.
+TABLE = (
+    "return Object.fromEntries([...document.querySelectorAll('{} tr[data-status]')]"
+    ".map(r => [r.dataset.status, +r.querySelector('[data-n]').dataset.n]))"
+)
+POINTS = (
+    "return [...document.querySelectorAll('{} circle.point{}')]"
+    ".map(c => [+c.dataset.x, +c.dataset.y, +c.getAttribute('cx'), +c.getAttribute('cy')])"
+)
+NESTING = (
+    "return [...document.querySelectorAll('#rollout-detail li.span')]"
+    ".map(li => li.parentElement.closest('li.span')?.dataset.seq ?? null)"
+)
+
+
+def counts(rows: list[dict[str, object]]) -> dict[str, object]:
+    return {r["status"]: r["n"] for r in rows}
+
+
+def drawn(browser: WebDriver, script: str) -> object:
+    """What the page shows, read from its DOM."""
+    return browser.execute_script(script)
+
+
+def test_json_endpoints_answer_from_the_projections(live: dict[str, object]) -> None:
+    url = live["url"]
+    overview = httpx.get(f"{url}/api/overview").json()
+    assert counts(overview["rollouts"]) == workload.ROLLOUTS
+    assert counts(overview["attempts"]) == workload.ATTEMPTS
+    [worker] = overview["workers"]
+    assert worker["worker_id"] == workload.WORKER and 0 <= worker["heartbeat_age_s"] < 60
+    assert [r["run_id"] for r in overview["runs"]] == [workload.RUN] and overview["runs"][0]["steps"] == 4
+    assert overview["empty"] is False
+    run = httpx.get(f"{url}/api/run", params={"run_id": workload.RUN}).json()
+    assert [s["reward_mean"] for s in run["steps"]] == workload.REWARDS
+    stale = [(s["staleness_mean"], s["staleness_max"], s["rows_dropped_stale"]) for s in run["steps"]]
+    assert stale == workload.STALENESS
+    assert [s["sampled_with"] for s in run["steps"]] == ["policy:1", "policy:1", "policy:2", "policy:2"]
+    versions = [(v["resources_id"], v["rollouts"], round(v["reward_mean"], 6)) for v in run["versions"]]
+    assert versions == [("policy:1", 2, 0.2), ("policy:2", 2, 0.8)]
+    one = httpx.get(f"{url}/api/rollout", params={"rollout_id": live["shown"]}).json()
+    assert [s["sequence_id"] for s in one["spans"]] == [1, 2, 3, 4]
+    [call] = one["calls"]
+    assert (call["prompt_ids"], call["response_ids"], call["logprobs"]) == ([101, 102, 103], [7, 8], [-0.25, -1.5])
+    assert [w["value"] for w in one["rewards"]] == [workload.ROLLOUT_REWARDS[0]]
+    missing = httpx.get(f"{url}/api/rollout", params={"rollout_id": "ro-nope"}).json()
+    assert missing["rollout"] is None and missing["spans"] == []
+    page = httpx.get(url)
+    assert page.status_code == 200 and "/static/dashboard.js" in page.text
+    assert httpx.get(f"{url}/static/../app.py").status_code == 404
+
+
+def test_the_page_draws_the_live_system(live: dict[str, object], browser: WebDriver) -> None:
+    browser.get(live["url"])
+    wait = WebDriverWait(browser, WAIT_S)
+    wait.until(lambda b: drawn(b, TABLE.format("#rollout-statuses")) == workload.ROLLOUTS)
+    assert drawn(browser, TABLE.format("#attempt-statuses")) == workload.ATTEMPTS
+    assert browser.find_element(By.ID, "queue-size").text == "2"
+    assert browser.find_element(By.ID, "banner").get_attribute("data-state") == "ok"
+    worker = browser.find_element(By.CSS_SELECTOR, f'#workers tr[data-worker="{workload.WORKER}"]')
+    assert worker.text.endswith("s ago")
+
+    wait.until(lambda b: len(drawn(b, POINTS.format("#reward-chart", ""))) == 4)
+    reward = drawn(browser, POINTS.format("#reward-chart", ""))
+    assert [(x, y) for x, y, _, _ in reward] == list(enumerate(workload.REWARDS, start=1))
+    assert [cx for _, _, cx, _ in reward] == sorted(cx for _, _, cx, _ in reward)
+    by_height = [y for _, y in sorted((cy, y) for _, y, _, cy in reward)]  # top of the chart first
+    assert by_height == sorted(workload.REWARDS, reverse=True)
+    versions = drawn(browser, POINTS.format("#version-chart", ""))
+    assert [round(y, 6) for _, y, _, _ in versions] == [0.2, 0.8] and versions[1][3] < versions[0][3]
+    assert [y for _, y, _, _ in drawn(browser, POINTS.format("#staleness-chart", ".max"))] == [0, 1, 1, 1]
+    dropped = [
+        r.find_elements(By.TAG_NAME, "td")[-1].text
+        for r in browser.find_elements(By.CSS_SELECTOR, "#staleness tr[data-step]")
+    ]
+    assert dropped == ["0", "0", "2", "0"]
+
+    Select(browser.find_element(By.ID, "rollout-select")).select_by_value(live["shown"])
+    wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#rollout-detail li.span")) == 4)
+    spans = browser.find_elements(By.CSS_SELECTOR, "#rollout-detail li.span")
+    assert [int(s.get_attribute("data-seq")) for s in spans] == [1, 2, 3, 4]  # document order is sequence order
+    assert drawn(browser, NESTING) == [None, "1", "2", "1"]  # agent > (llm > tool, reward)
+    call = browser.find_element(By.CSS_SELECTOR, "#rollout-detail tr.call").text
+    assert "[101, 102, 103]" in call and "[7, 8]" in call and "-0.250" in call and "-1.500" in call
+    [reward_row] = browser.find_elements(By.CSS_SELECTOR, "#rollout-detail tr.reward")
+    assert float(reward_row.get_attribute("data-value")) == workload.ROLLOUT_REWARDS[0]
+
+
+def test_no_data_yet(nats_settings: NatsSettings, tmp_path: Path, browser: WebDriver) -> None:
+    with serving(system_settings(nats_settings, tmp_path)) as facts:
+        overview = httpx.get(f"{facts['url']}/api/overview").json()
+        assert overview["empty"] is True and overview["rollouts"] == overview["runs"] == []
+        browser.get(facts["url"])
+        WebDriverWait(browser, WAIT_S).until(
+            lambda b: b.find_element(By.ID, "banner").get_attribute("data-state") == "empty"
+        )
+        assert "No data yet" in browser.find_element(By.ID, "banner").text
+        assert browser.find_element(By.CSS_SELECTOR, "#reward-chart text").text == "no data yet"
+
+
+def test_projector_down(nats_settings: NatsSettings, tmp_path: Path, browser: WebDriver) -> None:
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    settings = system_settings(nats_settings, tmp_path, projector_url=nowhere)
+    with serving(settings, projector=False) as facts:
+        answer = httpx.get(f"{facts['url']}/api/overview")
+        assert answer.status_code == 503 and answer.json()["state"] == "down"
+        assert f"no projector answers at {nowhere}" in answer.json()["error"]
+        browser.get(facts["url"])
+        banner = browser.find_element(By.ID, "banner")
+        WebDriverWait(browser, WAIT_S).until(lambda b: banner.get_attribute("data-state") == "down")
+        assert nowhere in banner.text and "voltbus projector" in banner.text

@@ -185,7 +185,11 @@ def summary(up: Up, took_s: float) -> str:
     parts = [f"up: {len(up.services)} services ({procs} processes) ready in {took_s:.1f}s"]
     if up.bus:
         parts.append(f"bus at {up.bus.url}")
-    for name, what, path in [("projector", "SQL", "/sql"), ("gateway", "gateway", "/v1")]:
+    for name, what, path in [
+        ("projector", "SQL", "/sql"),
+        ("dashboard", "dashboard", "/"),
+        ("gateway", "gateway", "/v1"),
+    ]:
         if name in up.services and up.services[name].host_ports:
             parts.append(f"{what} at http://127.0.0.1:{up.services[name].host_ports[0]}{path}")
     return "; ".join(parts) + "; Ctrl-C to stop"

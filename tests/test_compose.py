@@ -23,7 +23,7 @@ from voltbus.services.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
-CORE = ["nats", "coordinator", "projector", "inference", "gateway", "runner", "learner"]
+CORE = ["nats", "coordinator", "projector", "dashboard", "inference", "gateway", "runner", "learner"]
 GPU = ["vllm", "learner-verl"]
 
 
@@ -86,7 +86,7 @@ def test_env_maps_to_real_settings(doc: dict[str, Any], name: str, monkeypatch: 
 
 
 def test_health_checks_poll_the_services_own_endpoints(doc: dict[str, Any]) -> None:
-    endpoints = {"projector": "/health", "inference": "/healthz", "gateway": "/healthz"}
+    endpoints = {"projector": "/health", "dashboard": "/api/config", "inference": "/healthz", "gateway": "/healthz"}
     for name, path in endpoints.items():
         svc = services(doc)[name]
         port = svc["environment"][f"VOLTBUS_{name.upper()}__PORT"]
@@ -177,7 +177,7 @@ def test_topology_is_localized_for_voltbus_up(tmp_path: Path) -> None:
     env = {"VB_PROJECTOR_PORT": "9999"}
     topo = load_topology(COMPOSE, env, tmp_path)
     assert start_order({n: s for n, s in topo.items() if not s.profiles}) == [
-        "nats", "coordinator", "projector", "inference", "gateway", "runner", "learner"
+        "nats", "coordinator", "projector", "dashboard", "inference", "gateway", "runner", "learner"
     ]  # fmt: skip
     for svc in topo.values():
         text = " ".join(svc.argv + list(svc.env.values()) + [svc.health_url or ""])

@@ -30,6 +30,8 @@ model_app = typer.Typer(help="Tiny local models for the CPU path (needs voltbus[
 app.add_typer(model_app, name="model")
 data_app = typer.Typer(help="Training data: quality checks.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+docs_app = typer.Typer(help="The generated references under docs/reference/.", no_args_is_help=True)
+app.add_typer(docs_app, name="docs")
 
 NatsUrl = Annotated[str | None, typer.Option("--nats-url", help="NATS URL [env: VOLTBUS_NATS__URL]")]
 
@@ -279,6 +281,20 @@ def schemas_export(
     for name, content in files.items():
         (out / name).write_bytes(content)
     say(f"wrote {len(files)} schemas to {out}")
+
+
+@docs_app.command("export")
+def docs_export(
+    out: Annotated[Path, typer.Option(help="Directory for the Markdown references")] = Path("docs/reference"),
+) -> None:
+    """Write the CLI, configuration and event references (commit the result; a test checks it is current)."""
+    from voltbus.docgen import reference_docs
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = reference_docs()
+    for name, content in files.items():
+        (out / name).write_text(content)
+    say(f"wrote {len(files)} references to {out}")
 
 
 @app.command()

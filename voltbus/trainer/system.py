@@ -59,6 +59,9 @@ def local_settings(settings: Settings, model_dir: Path | None, model_name: str, 
         update={"model_dir": model_dir, "served_model_name": model_name, "port": inference, "follow_resources": True}
     )
     s.gateway = s.gateway.model_copy(update={"port": gateway, "upstream_url": f"http://127.0.0.1:{inference}/v1"})
+    if s.runner.isolate and "gateway_url" not in settings.runner.model_fields_set:
+        # isolated (Agent Lightning 1.0-style) agents get AGL_* variables pointing at this gateway
+        s.runner = s.runner.model_copy(update={"gateway_url": f"http://127.0.0.1:{gateway}"})
     s.learner = s.learner.model_copy(
         update={
             "model_dir": model_dir,

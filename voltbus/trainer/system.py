@@ -76,6 +76,12 @@ def local_settings(settings: Settings, model_dir: Path | None, model_name: str, 
     return s
 
 
+def _inference_app() -> Any:
+    from voltbus.services.inference import build_app  # needs torch: only when a model is served
+
+    return build_app
+
+
 @asynccontextmanager
 async def local_system(settings: Settings, agent: Any, n_runners: int = 8) -> AsyncIterator[Settings]:
     """Run every service but the learner in this process until the block ends; yields the wired settings.
@@ -85,14 +91,15 @@ async def local_system(settings: Settings, agent: Any, n_runners: int = 8) -> As
     s = local_settings(settings, cfg.model_dir, cfg.served_model_name, work)
     s.runner = s.runner.model_copy(update={"slots": n_runners, "claim_wait_s": 0.2})
     stop = asyncio.Event()
+    inference_app = None
+    if cfg.model_dir is not None:  # import torch and transformers (seconds) before any service's loop work starts
+        inference_app = await asyncio.to_thread(_inference_app)
     async with AsyncExitStack() as stack:
         tasks: list[asyncio.Task[None]] = [asyncio.create_task(run_coordinator(s, stop))]
         ready = asyncio.Event()
         tasks.append(asyncio.create_task(run_projector(s, stop, ready)))
         await asyncio.wait_for(ready.wait(), 60)
-        if cfg.model_dir is not None:
-            from voltbus.services.inference import build_app as inference_app  # needs torch: only when used
-
+        if inference_app is not None:
             await stack.enter_async_context(serving(inference_app(s), s.inference.port))
             await stack.enter_async_context(serving(gateway_app(s), s.gateway.port))
         runner = await stack.enter_async_context(Runner(s, agent))

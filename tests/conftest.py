@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from voltbus.services.eventlog import EventLog
 from voltbus.services.natsserver import NatsServer
+from voltbus.services.serving import free_port  # noqa: F401  (tests import it from here)
 from voltbus.services.settings import BusSettings, NatsSettings
 
 _names = itertools.count()
@@ -25,13 +25,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith("VOLTBUS_"):
             monkeypatch.delenv(key)
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_server(data_dir: Path) -> NatsServer:

@@ -15,11 +15,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from voltbus.services.natsserver import check_port
+from voltbus.services.serving import serve_until
 from voltbus.services.settings import Settings
 
 from . import handlers
@@ -58,18 +57,5 @@ def build_app(settings: Settings) -> Starlette:
 async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
     """Serve the dashboard until ``stop`` is set (or forever); ``ready`` is set once it accepts connections."""
     cfg = settings.dashboard
-    check_port(cfg.host, cfg.port, "dashboard")
-    server = uvicorn.Server(
-        uvicorn.Config(build_app(settings), host=cfg.host, port=cfg.port, log_level="warning", lifespan="on")
-    )
-    stop = stop or asyncio.Event()
     log.info("dashboard on http://%s:%d reading %s", cfg.host, cfg.port, cfg.projector_url or settings.projector.url)
-    async with asyncio.TaskGroup() as tasks:
-        serving = tasks.create_task(server.serve())
-        while not server.started and not serving.done():  # noqa: ASYNC110
-            await asyncio.sleep(0.01)  # uvicorn offers no start-up event
-        if ready is not None and server.started:
-            ready.set()
-        await asyncio.wait([serving, tasks.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        server.should_exit = True
-        stop.set()
+    await serve_until(build_app(settings), cfg.host, cfg.port, "dashboard", stop, ready)

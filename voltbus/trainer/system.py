@@ -8,44 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 from voltbus.services.coordinator.app import run as run_coordinator
 from voltbus.services.gateway import build_app as gateway_app
 from voltbus.services.projector.app import run as run_projector
 from voltbus.services.runner.app import Runner
+from voltbus.services.serving import free_port, serving
 from voltbus.services.settings import Settings
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@asynccontextmanager
-async def serving(app: Any, port: int) -> AsyncIterator[str]:
-    """Serve an ASGI app with uvicorn on ``port`` (lifespan on); yields its base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve())
-    while not server.started and not task.done():  # noqa: ASYNC110
-        await asyncio.sleep(0.01)  # uvicorn offers no start-up event
-    if task.done():
-        await task
-        raise RuntimeError(f"a server on port {port} did not start")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 def local_settings(settings: Settings, model_dir: Path | None, model_name: str, work: Path) -> Settings:

@@ -13,13 +13,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ...conftest import free_port
+from voltbus.services.serving import free_port, serving
 
 PROMPT_IDS = [101, 102, 103]
 TOKENS = [("4", 52, -0.125), ("2", 50, -0.25)]
@@ -178,16 +177,5 @@ def stub_app(control: StubControl) -> Starlette:
 @asynccontextmanager
 async def serve(app: Any, lifespan: str = "off") -> AsyncIterator[str]:
     """Serve an ASGI app with uvicorn on a free loopback port; yields ``http://127.0.0.1:<port>``."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan=lifespan))
-    task = asyncio.create_task(server.serve())
-    while not server.started and not task.done():  # noqa: ASYNC110
-        await asyncio.sleep(0.01)  # uvicorn offers no start-up event
-    if task.done():
-        await task
-        raise RuntimeError("server did not start")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+    async with serving(app, free_port(), lifespan=lifespan) as url:
+        yield url

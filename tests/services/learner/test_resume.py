@@ -8,16 +8,15 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 from voltbus.schemas.training import RunFinished, StepCompleted, StepStarted
-from voltbus.services.eventlog import Envelope
 from voltbus.services.learner.batch import version_number
 from voltbus.services.settings import LearnerSettings, NatsSettings, Settings
 from voltbus.store import connect
 from voltbus.trainer.system import local_system
 
 from .agents import text_agent
+from .runs import run_events
 
 STEPS = 4
 
@@ -39,15 +38,6 @@ def environment(s: Settings) -> dict[str, str]:
         "VOLTBUS_LEARNER__TASKS_PER_STEP": "2",
         "VOLTBUS_LEARNER__GROUP_SIZE": "3",
     }
-
-
-async def run_events(s: Settings) -> list[Any]:
-    store = await connect(settings=s.nats)
-    try:
-        stored, _ = await store.log.read_subject(store.topology.run("run-killed"))
-    finally:
-        await store.close()
-    return [e.event for e in stored if isinstance(e, Envelope)]
 
 
 async def first_step_completed(s: Settings, timeout: float) -> None:
@@ -76,7 +66,7 @@ async def test_a_killed_learner_resumes_without_repeating_or_skipping_a_step(
         assert await first.wait() == -signal.SIGKILL
         second = await asyncio.create_subprocess_exec(*command, env=environment(s))
         assert await asyncio.wait_for(second.wait(), 240) == 0
-    events = await run_events(s)
+    events = await run_events(s.nats, "run-killed")
     completed = [e for e in events if isinstance(e, StepCompleted)]
     assert [e.step for e in completed] == list(range(STEPS))
     versions = [version_number(e.resources_id) for e in completed]

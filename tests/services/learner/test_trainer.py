@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from voltbus.schemas.training import RunFinished, StepCompleted, StepStarted
-from voltbus.services.eventlog import Envelope
 from voltbus.services.settings import NatsSettings, Settings
 from voltbus.store import connect
 from voltbus.trainer import GRPO, Trainer
 
 from .agents import text_agent
+from .runs import run_events
 
 
 @pytest.mark.timeout(300)
@@ -51,15 +51,6 @@ async def latest_llm(nats: NatsSettings, run_id: str) -> Any:
         await store.close()
     assert latest is not None
     return latest.resources["main_llm"]
-
-
-async def run_events(nats: NatsSettings, run_id: str) -> list[Any]:
-    store = await connect(settings=nats)
-    try:
-        stored, _ = await store.log.read_subject(store.topology.run(run_id))
-    finally:
-        await store.close()
-    return [e.event for e in stored if isinstance(e, Envelope)]
 
 
 @pytest.mark.timeout(300)

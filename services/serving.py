@@ -1,0 +1,59 @@
+"""Serving an HTTP app with uvicorn, the one way every voltbus HTTP service does it: a port check with
+a one-line error, start-up awaited (uvicorn offers no start-up event), a clean stop."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import uvicorn
+
+from .natsserver import check_port
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@asynccontextmanager
+async def serving(app: Any, port: int, host: str = "127.0.0.1", lifespan: str = "on") -> AsyncIterator[str]:
+    """Serve ``app`` on ``host:port`` while the block runs; yields its base URL. A server that cannot
+    start (its lifespan failed, the port is taken) raises here."""
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan=lifespan))
+    task = asyncio.create_task(server.serve())
+    while not server.started and not task.done():  # noqa: ASYNC110
+        await asyncio.sleep(0.01)  # uvicorn offers no start-up event
+    if task.done():
+        await task
+        raise RuntimeError(f"the server on {host}:{port} did not start")
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def serve_until(
+    app: Any, host: str, port: int, what: str, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None
+) -> None:
+    """Serve ``app`` until ``stop`` is set or the server stops by itself (Ctrl-C: uvicorn handles the
+    signal), which sets ``stop``; ``ready`` is set once it accepts connections. A taken port is refused
+    first with one line naming ``what``."""
+    check_port(host, port, what)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    stop = stop or asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        running = tasks.create_task(server.serve())
+        while not server.started and not running.done():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # uvicorn offers no start-up event
+        if ready is not None and server.started:
+            ready.set()
+        await asyncio.wait([running, tasks.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True
+        stop.set()

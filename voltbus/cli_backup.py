@@ -1,0 +1,69 @@
+"""``voltbus backup`` and ``voltbus restore``: a namespace's streams and weights to a directory and back.
+
+Registered on the main app by ``voltbus.cli`` (``register(app)``); the work is in
+``services/eventlog/backup.py`` and ``restore.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+Url = Annotated[str | None, typer.Option("--nats-url", help="NATS URL [env: VOLTBUS_NATS__URL]")]
+Namespace = Annotated[
+    str | None, typer.Option("--namespace", help="the deployment's namespace [env: VOLTBUS_NATS__NAMESPACE]")
+]
+
+
+async def _run(nats_url: str | None, namespace: str | None, work: str, path: Path, force: bool = False) -> None:
+    from voltbus.cli import say, settings_for
+    from voltbus.services.eventlog.backup import backup
+    from voltbus.services.eventlog.connection import connect
+    from voltbus.services.eventlog.restore import restore
+    from voltbus.services.eventlog.streams import topology_of
+
+    settings = settings_for(nats_url).nats
+    if namespace:
+        settings.namespace = namespace
+    timeout = max(settings.request_timeout_s, 30.0)
+    nc = await connect(settings, name=f"voltbus-{work}")
+    try:
+        if work == "backup":
+            await backup(nc, topology_of(settings), path, say, timeout)
+        else:
+            await restore(nc, topology_of(settings), path, say, force, timeout)
+    finally:
+        await nc.drain()
+
+
+def backup_command(
+    to: Annotated[Path, typer.Option("--to", help="an empty or new directory for the backup")],
+    nats_url: Url = None,
+    namespace: Namespace = None,
+) -> None:
+    """Back up every stream of a namespace (control, spans, counters, dead letters, weights) to a directory.
+
+    Uses the server's stream snapshots: sequences, subjects, headers, payloads and timestamps are kept,
+    so a restored log replays to the same projections. Safe while services run (each stream is a
+    consistent snapshot of its own moment)."""
+    asyncio.run(_run(nats_url, namespace, "backup", to))
+
+
+def restore_command(
+    source: Annotated[Path, typer.Option("--from", help="a directory written by voltbus backup")],
+    force: Annotated[bool, typer.Option(help="replace streams that already hold messages")] = False,
+    nats_url: Url = None,
+    namespace: Namespace = None,
+) -> None:
+    """Restore a backup into a bus (stop the services first): checksums are verified before anything is
+    written, and streams that hold messages are refused unless --force."""
+    asyncio.run(_run(nats_url, namespace, "restore", source, force))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``backup`` and ``restore`` to the ``voltbus`` app."""
+    app.command("backup")(backup_command)
+    app.command("restore")(restore_command)

@@ -22,10 +22,14 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def serving(app: Any, port: int, host: str = "127.0.0.1", lifespan: str = "on") -> AsyncIterator[str]:
+async def serving(
+    app: Any, port: int, host: str = "127.0.0.1", lifespan: str = "on", **config: Any
+) -> AsyncIterator[str]:
     """Serve ``app`` on ``host:port`` while the block runs; yields its base URL. A server that cannot
-    start (its lifespan failed, the port is taken) raises here."""
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan=lifespan))
+    start (its lifespan failed, the port is taken) raises here. ``config``: more ``uvicorn.Config``
+    arguments (``ssl_certfile`` and ``ssl_keyfile`` serve HTTPS)."""
+    cfg = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan=lifespan, **config)
+    server = uvicorn.Server(cfg)
     task = asyncio.create_task(server.serve())
     while not server.started and not task.done():  # noqa: ASYNC110
         await asyncio.sleep(0.01)  # uvicorn offers no start-up event
@@ -33,20 +37,26 @@ async def serving(app: Any, port: int, host: str = "127.0.0.1", lifespan: str = 
         await task
         raise RuntimeError(f"the server on {host}:{port} did not start")
     try:
-        yield f"http://{host}:{port}"
+        yield f"{'https' if config.get('ssl_certfile') else 'http'}://{host}:{port}"
     finally:
         server.should_exit = True
         await task
 
 
 async def serve_until(
-    app: Any, host: str, port: int, what: str, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None
+    app: Any,
+    host: str,
+    port: int,
+    what: str,
+    stop: asyncio.Event | None = None,
+    ready: asyncio.Event | None = None,
+    **config: Any,
 ) -> None:
     """Serve ``app`` until ``stop`` is set or the server stops by itself (Ctrl-C: uvicorn handles the
     signal), which sets ``stop``; ``ready`` is set once it accepts connections. A taken port is refused
-    first with one line naming ``what``."""
+    first with one line naming ``what``. ``config``: more ``uvicorn.Config`` arguments (TLS)."""
     check_port(host, port, what)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", **config))
     stop = stop or asyncio.Event()
     async with asyncio.TaskGroup() as tasks:
         running = tasks.create_task(server.serve())

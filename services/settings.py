@@ -64,6 +64,12 @@ class NatsSettings(BaseModel):
     """Byte cap of the control stream (-1: none); publishes past it are refused, never dropped."""
     spans_max_bytes: int = -1
     """Byte cap of the spans stream (-1: none); publishes past it are refused, never dropped."""
+    span_value_max_bytes: int = Field(default=128 * 1024, ge=64)
+    """Longest span attribute value the store records (strings, or other values as JSON); a longer
+    one is cut and ends with ``…[truncated N bytes]``, and its key is listed in ``voltbus.truncated``."""
+    span_max_bytes: int = Field(default=1024 * 1024, ge=1024)
+    """Most bytes of attribute values in one span (its events' included); past it the rest are left
+    out and counted in ``voltbus.dropped_attributes``. Keep it below ``max_payload``."""
 
 
 class BusSettings(BaseModel):
@@ -179,6 +185,23 @@ class GatewaySettings(BaseModel):
     once); doubled each retry, capped at 8 s."""
     max_body_bytes: int = 2 * 1024 * 1024
     """Largest request body accepted (413 past it); keep it below ``nats.max_payload``."""
+    max_messages: int = Field(default=2048, ge=1)
+    """Most ``messages`` in one chat call (400 past it)."""
+    max_n: int = Field(default=64, ge=1)
+    """Most choices (``n``) one call may ask for (400 past it)."""
+    max_prompt_tokens: int = Field(default=131_072, ge=1)
+    """Most token ids in a completions ``prompt`` given as token ids (400 past it)."""
+    max_event_bytes: int = Field(default=256 * 1024, ge=1)
+    """Largest body of an agent event post (``/api/rollouts/.../events``; 413 past it)."""
+    max_event_fields: int = Field(default=1000, ge=1)
+    """Most fields in an agent event's data (with a reward's dimensions; 400 past it)."""
+    refuse_ended_attempts: bool = True
+    """Refuse (403 ``attempt_ended``) calls and events naming an attempt that has ended (succeeded,
+    failed, timed out, superseded by a retry, or its rollout ended): its key stops working with it."""
+    tls_cert: Path | None = None
+    """Certificate (PEM) to serve HTTPS with (with ``tls_key``); None: plain HTTP."""
+    tls_key: Path | None = None
+    """Private key (PEM) of ``tls_cert``."""
     agent_key: str | None = None
     """Key agents send (``Authorization: Bearer`` or ``x-api-key``) on model and event routes; None: open."""
     key_secret: str | None = None
@@ -187,7 +210,8 @@ class GatewaySettings(BaseModel):
     key (or the admin key): an agent cannot write to another rollout. The runner hands each attempt its
     key (``AGL_KEY``, and the ``api_key`` of its ProxyLLM). Unattributed calls then need ``agent_key``."""
     admin_key: str | None = None
-    """Key for ``/admin/*`` (pause, resume, inflight); None: open. Also accepted on agent routes."""
+    """Key for ``/admin/*`` and ``/proxy/pause|resume|state`` (401 without it, 403 with an agent key);
+    None: open, unless agent keys are set (then closed). Also accepted on agent routes."""
     gateway_id: str | None = None
     """This gateway's id in its pause/resume events (a subject token); None: ``gw-<port>``."""
     pause_retry_after_s: int = 5

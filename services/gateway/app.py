@@ -26,6 +26,7 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from voltbus.schemas.errors import InvalidCommand
 from voltbus.services.serving import serve_until
 from voltbus.services.settings import Settings
 from voltbus.store import connect
@@ -72,11 +73,13 @@ def build_app(settings: Settings) -> Starlette:
         store = await connect(settings=settings.nats, name="voltbus-gateway")
         async with Upstream.make_client(cfg) as client:
             upstream = Upstream(cfg, client)
+            attribution = Attribution(store, refuse_ended=cfg.refuse_ended_attempts)
+            watching = await attribution.watch()
             app.state.gateway = Gateway(
                 settings=cfg,
                 store=store,
                 upstream=upstream,
-                attribution=Attribution(store),
+                attribution=attribution,
                 pause=PauseState(cfg.pause_retry_after_s),
                 gateway_id=cfg.gateway_id or f"gw-{cfg.port}",
             )
@@ -88,6 +91,7 @@ def build_app(settings: Settings) -> Starlette:
                     probing.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await probing
+                await watching.unsubscribe()
                 await store.close()
 
     return Starlette(routes=routes(), lifespan=lifespan)
@@ -108,5 +112,9 @@ def main(settings: Settings) -> None:
 async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
     """Serve the gateway until ``stop`` is set (or forever); ``ready`` is set once it accepts calls."""
     cfg = settings.gateway
-    log.info("gateway on http://%s:%d in front of %s", cfg.host, cfg.port, ", ".join(cfg.engines))
-    await serve_until(build_app(settings), cfg.host, cfg.port, "gateway", stop, ready)
+    if (cfg.tls_cert is None) != (cfg.tls_key is None):
+        raise InvalidCommand("gateway TLS needs both tls_cert and tls_key")
+    tls = {"ssl_certfile": str(cfg.tls_cert), "ssl_keyfile": str(cfg.tls_key)} if cfg.tls_cert else {}
+    scheme = "https" if tls else "http"
+    log.info("gateway on %s://%s:%d in front of %s", scheme, cfg.host, cfg.port, ", ".join(cfg.engines))
+    await serve_until(build_app(settings), cfg.host, cfg.port, "gateway", stop, ready, **tls)

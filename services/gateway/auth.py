@@ -1,5 +1,6 @@
 """Keys: agents send ``agent_key`` or their rollout's own key, the learner and operators ``admin_key``
-(either header Agent Lightning accepts). With ``key_secret`` set, a call attributed to a rollout must
+(either header Agent Lightning accepts); admin routes need ``admin_key`` (401 without it, 403 with
+an agent key). With ``key_secret`` set, a call attributed to a rollout must
 carry that rollout's key (``services/keys.py``); another rollout's key gets 403, no key 401."""
 
 from __future__ import annotations
@@ -48,6 +49,17 @@ def require_agent(request: Request, settings: GatewaySettings, rollout_id: str |
 
 
 def require_admin(request: Request, settings: GatewaySettings) -> None:
-    """Refuse (401) unless the admin key is presented; open when no admin key is set."""
-    if settings.admin_key is not None and not _matches(presented_key(request), settings.admin_key):
-        raise GatewayError(401, "unauthorized", "invalid or missing admin key")
+    """Refuse unless the admin key is presented: 401 without a key or with an unknown one, 403 with an
+    agent's key. Open when no key at all is set; closed (403) when agent keys are set but no admin key."""
+    key = presented_key(request)
+    if settings.admin_key is None:
+        if settings.agent_key is None and not settings.key_secret:
+            return
+        raise GatewayError(403, "forbidden", "admin routes are closed: agent keys are set but no gateway.admin_key")
+    if _matches(key, settings.admin_key):
+        return
+    if key is None:
+        raise GatewayError(401, "unauthorized", "this route needs the admin key")
+    if key.startswith(PREFIX) or (settings.agent_key is not None and _matches(key, settings.agent_key)):
+        raise GatewayError(403, "forbidden", "an agent key may not use admin routes: this route needs the admin key")
+    raise GatewayError(401, "unauthorized", "invalid admin key")

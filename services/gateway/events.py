@@ -4,7 +4,8 @@ Accepts Agent Lightning 1.0's ``{"event_type": "reward", "data": {"value": 0.7, 
 and the flat ``{"type": "reward", "value": 0.7, "dimensions": {...}, "call_id": ...}``. A reward
 becomes ``RewardReported``; any other event type becomes a zero-duration ``SpanRecorded`` named
 ``agl.event.<type>`` with the data as JSON in ``agl.data``. The answer is AL's ``Event`` shape.
-An ``Idempotency-Key`` header makes a retried post record once.
+An ``Idempotency-Key`` header makes a retried post record once. A body over ``max_event_bytes``
+is refused with 413, data with more than ``max_event_fields`` fields with 400 (``limits``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from voltbus.schemas import RewardReported, SpanRecorded, derive_id
 from .attribution import claimed_rollout
 from .auth import require_agent
 from .errors import GatewayError
+from .limits import check_event
 from .state import gateway_of, read_json
 
 
@@ -69,11 +71,12 @@ async def post_event(request: Request) -> Response:
     try:
         require_agent(request, gw.settings, claimed_rollout(request))
         rid, aid, _ = await gw.attribution.resolve(request)
-        body = await read_json(request, gw.settings.max_body_bytes)
+        body = await read_json(request, gw.settings.max_event_bytes)
         kind = str(body.get("event_type") or body.get("type") or "")
         if not kind:
             raise GatewayError(422, "invalid_event", 'an event needs "event_type" (or "type")')
-        data = body["data"] if "event_type" in body else {k: v for k, v in body.items() if k != "type"}
+        data = body.get("data") if "event_type" in body else {k: v for k, v in body.items() if k != "type"}
+        check_event(kind, data, gw.settings)
         key, at = request.headers.get("idempotency-key") or uuid.uuid4().hex, time.time()
         if kind == "reward":
             event: Any = reward_event(rid, aid, data if isinstance(data, dict) else {"value": data}, key, at)

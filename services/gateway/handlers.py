@@ -1,7 +1,8 @@
 """Model-call handlers: check, attribute, rewrite, forward, record, answer.
 
-Order for a call: auth (401), pause (429), attribution (404 for an unknown rollout or attempt),
-body (413 over the limit, 400 malformed), then the engine. The engine's answer and status pass
+Order for a call: auth (401/403), pause (429), attribution (404 for an unknown rollout or attempt,
+403 for an ended one), body (413 over the limit, 400 malformed or past a count limit: ``limits``),
+then the engine. The engine's answer and status pass
 through; when every try fails (5xx, timeout, no connection, on each engine tried; see
 ``upstream``) the answer is 502 (504 for a timeout) naming the engines tried.
 Every forwarded call is recorded as one ``ModelCalled``; a non-streamed call whose event the bus
@@ -22,6 +23,7 @@ from voltbus.services.settings import GatewaySettings
 from .attribution import UNATTRIBUTED, claimed_rollout
 from .auth import require_agent
 from .errors import GatewayError, error_response
+from .limits import check_call
 from .record import Call, model_called
 from .rewrite import Kind, rewrite_body
 from .state import Gateway, gateway_of, read_json
@@ -39,6 +41,7 @@ async def begin(request: Request, kind: Kind) -> tuple[Gateway, Call]:
         raise GatewayError(429, "gateway_paused", "gateway paused")
     rid, aid, mode = await gw.attribution.resolve(request)
     body = await read_json(request, gw.settings.max_body_bytes)
+    check_call(body, gw.settings)
     attributed = rid != UNATTRIBUTED
     model = gw.settings.model_name if attributed else None
     forwarded, rewritten = rewrite_body(body, kind, model=model, temperature=mode_temperature(gw.settings, mode))
@@ -113,7 +116,7 @@ async def models(request: Request) -> Response:
     """``GET /v1/models``: the engine's list, passed through."""
     gw = gateway_of(request)
     try:
-        require_agent(request, gw.settings)
+        require_agent(request, gw.settings, claimed_rollout(request))
     except GatewayError as exc:
         return exc.response()
     outcome = await gw.upstream.get("models")

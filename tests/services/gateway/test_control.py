@@ -54,7 +54,7 @@ async def test_keys_are_required_when_configured(make_gateway: GatewayFactory) -
     async with httpx.AsyncClient(base_url=g.url) as http:
         assert (await http.post(f"{al1_base(g)}/chat/completions", json=CALL)).status_code == 401
         wrong = {"Authorization": "Bearer a"}
-        assert (await http.post("/admin/pause", json={}, headers=wrong)).status_code == 401
+        assert (await http.post("/admin/pause", json={}, headers=wrong)).status_code == 403  # an agent key
         ok = await http.post(f"{al1_base(g)}/chat/completions", json=CALL, headers={"x-api-key": "a"})
         assert ok.status_code == 200
         assert (await http.post("/admin/pause", json={}, headers={"x-api-key": "root"})).status_code == 200

@@ -15,3 +15,5 @@ def configure_logging(level: str = "INFO") -> None:
         force=True,
     )
     logging.getLogger("nats").setLevel(logging.CRITICAL)  # its errors reach us through callbacks
+    for chatty in ("httpx", "httpcore"):  # a line per request: thousands a minute in a runner
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))

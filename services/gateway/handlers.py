@@ -64,7 +64,7 @@ async def finish(gw: Gateway, call: Call) -> Response:
     status, retries = outcome.status, outcome.retries
     event = model_called(call, outcome.body, http_status=status, retries=retries, error=error, raw=outcome.raw)
     failed = await gw.record([event]) if call.rollout_id != "unattributed" or gw.settings.record_unattributed else None
-    log.info(
+    log.debug(
         "gateway/call rollout_id=%s attempt_id=%s call_id=%s status=%s latency_s=%.4f",
         call.rollout_id,
         call.attempt_id,

@@ -11,6 +11,8 @@ after it has applied everything the batch wrote (``min_seq``).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -26,6 +28,8 @@ from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.training import CheckpointSaved, RunFinished, RunStarted, StepCompleted, StepStarted
 from voltbus.services.eventlog import Envelope
 from voltbus.store import EnqueueRolloutRequest, Rollout, Store
+
+log = logging.getLogger(__name__)
 
 
 class LearnerError(VoltbusError):
@@ -127,10 +131,17 @@ class Session:
         """Rows of a read-only query, once the projection has applied everything in the log now."""
         ends = {stream: await self.store.log.feed(stream).last_seq() for stream in ("control", "spans")}
         body = {"sql": sql, "params": params or {}, "min_seq": ends, "timeout": timeout}
-        try:
-            response = await self.http.post(self.sql_url, json=body, timeout=timeout + 10)
-        except httpx.TransportError as exc:
-            raise LearnerError(f"no projector answers at {self.sql_url} ({exc}): start `voltbus projector`") from None
+        deadline = time.monotonic() + timeout
+        while True:  # a projector restarting (crash, deploy) is waited for, up to the query's timeout
+            try:
+                response = await self.http.post(self.sql_url, json=body, timeout=timeout + 10)
+                break
+            except httpx.TransportError as exc:
+                if time.monotonic() > deadline:
+                    hint = "start `voltbus projector`"
+                    raise LearnerError(f"no projector answers at {self.sql_url} ({exc}): {hint}") from None
+                log.warning("learner: no projector answers at %s (%s); retrying", self.sql_url, exc)
+                await asyncio.sleep(0.5)
         if response.status_code != 200:
             raise LearnerError(f"projector refused the query ({response.status_code}): {response.text[:500]}")
         return pa.ipc.open_stream(response.content).read_all()

@@ -62,10 +62,10 @@ def why_ended(rollout_status: str, attempt_status: str, latest: bool) -> str | N
     >>> why_ended("requeuing", "timeout", True), why_ended("running", "unresponsive", False)
     ('the attempt ended (timeout)', 'a later attempt superseded it')
     """
-    if attempt_status in ENDED_ATTEMPT:
-        return f"the attempt ended ({attempt_status})"
     if rollout_status in ENDED_ROLLOUT:
         return f"the rollout ended ({rollout_status})"
+    if attempt_status in ENDED_ATTEMPT:
+        return f"the attempt ended ({attempt_status})"
     return None if latest else "a later attempt superseded it"
 
 

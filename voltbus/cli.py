@@ -169,7 +169,7 @@ def sql(
     settings = settings_for()
     if query is None:
         return interactive(settings, db, say)
-    render(run_sql(settings, query, db), fmt, out)
+    render(run_sql(settings, query, db, truncate=True), fmt, out)
 
 
 @app.command()

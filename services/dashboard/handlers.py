@@ -14,10 +14,25 @@ from .reader import Projections, ProjectorDown, QueryFailed
 
 STATIC = Path(__file__).parent / "static"
 Handler = Callable[[Request], Awaitable[Response]]
+MAX_PARAM = 256
+"""Longest query parameter value accepted (ids are far shorter); 400 past it."""
+
+
+class BadParam(ValueError):
+    """A query parameter the dashboard refuses."""
+
+
+def param(request: Request, name: str) -> str:
+    """A query parameter's value ("" when absent); BadParam when it is over ``MAX_PARAM`` characters."""
+    value = request.query_params.get(name, "")
+    if len(value) > MAX_PARAM:
+        raise BadParam(f"{name} is {len(value)} characters long, over the limit of {MAX_PARAM}")
+    return value
 
 
 def answering(handler: Callable[[Request, Projections], Awaitable[dict[str, object]]]) -> Handler:
-    """Wrap a handler: its dict as JSON; 503 when no projector answers, 502 when a query fails."""
+    """Wrap a handler: its dict as JSON; 503 when no projector answers, 502 when a query fails, 400 for a
+    query parameter over the limit."""
 
     async def endpoint(request: Request) -> Response:
         projections: Projections = request.app.state.projections
@@ -27,6 +42,8 @@ def answering(handler: Callable[[Request, Projections], Awaitable[dict[str, obje
             return JSONResponse({"error": str(exc), "state": "down"}, status_code=503)
         except QueryFailed as exc:
             return JSONResponse({"error": str(exc), "state": "error"}, status_code=502)
+        except BadParam as exc:
+            return JSONResponse({"error": str(exc), "state": "error"}, status_code=400)
 
     return endpoint
 
@@ -71,7 +88,7 @@ async def overview(request: Request, db: Projections) -> dict[str, object]:
 @answering
 async def run(request: Request, db: Projections) -> dict[str, object]:
     """One run's curve: reward and staleness per step, and reward per resources version."""
-    run_id = request.query_params.get("run_id", "")
+    run_id = param(request, "run_id")
     steps, versions = await asyncio.gather(
         db.rows("run_steps", run_id=run_id), db.rows("version_rewards", run_id=run_id)
     )
@@ -87,7 +104,7 @@ async def rollouts(request: Request, db: Projections) -> dict[str, object]:
 @answering
 async def rollout(request: Request, db: Projections) -> dict[str, object]:
     """One rollout: its attempts, spans (the page nests them), model calls and rewards."""
-    rid = request.query_params.get("rollout_id", "")
+    rid = param(request, "rollout_id")
     found, attempts, spans, calls, rewards = await asyncio.gather(
         *(
             db.rows(name, rollout_id=rid)

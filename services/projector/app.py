@@ -24,7 +24,7 @@ from voltbus.services.eventlog import EventLog
 from voltbus.services.natsserver import check_port
 from voltbus.services.settings import Settings
 
-from .sql import query, to_ipc
+from .sql import query, to_ipc, truncated_to
 
 log = logging.getLogger(__name__)
 ARROW = "application/vnd.apache.arrow.stream"
@@ -63,17 +63,20 @@ def build_app(settings: Settings, projector: Projector, progress: Progress) -> S
             body = await request.json()
             text, min_seq = str(body["sql"]), {str(k): int(v) for k, v in (body.get("min_seq") or {}).items()}
             params = body.get("params") or None
+            truncate = bool(body.get("truncate", False))
         except (ValueError, KeyError, TypeError):
             return JSONResponse({"error": 'send JSON {"sql": "...", "min_seq": {...}}'}, status_code=400)
         if min_seq and not await progress.reach(min_seq, float(body.get("timeout", 10.0))):
             positions = projector.positions
             return JSONResponse({"error": f"projection at {positions}, not yet at {min_seq}"}, status_code=504)
         try:
-            table = await asyncio.to_thread(query, projector.con, text, settings.projector.max_rows, params)
+            table = await asyncio.to_thread(query, projector.con, text, settings.projector.max_rows, params, truncate)
         except InvalidCommand as exc:
             status = 403 if str(exc).startswith("read-only") else 400
             return JSONResponse({"error": str(exc)}, status_code=status)
-        return Response(to_ipc(table), media_type=ARROW)
+        cut = truncated_to(table)
+        headers = {"X-Voltbus-Truncated-To": str(cut)} if cut is not None else None
+        return Response(to_ipc(table), media_type=ARROW, headers=headers)
 
     async def health(_: Request) -> Response:
         return JSONResponse({"positions": projector.positions, "applied": projector.applied, "db": str(projector.path)})

@@ -23,7 +23,7 @@ from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.services.eventlog import EventLog
 from voltbus.services.settings import Settings
 
-from .sql import from_ipc, query
+from .sql import from_ipc, query, truncated_to
 
 INTERNAL = {"rollout_states"}
 """Tables that are the projector's own bookkeeping, not exported."""
@@ -47,15 +47,23 @@ def open_read_only(db: Path) -> duckdb.DuckDBPyConnection:
         raise
 
 
-def run_sql(settings: Settings, sql: str, db: Path | None = None, params: dict[str, object] | None = None) -> pa.Table:
+def run_sql(
+    settings: Settings,
+    sql: str,
+    db: Path | None = None,
+    params: dict[str, object] | None = None,
+    truncate: bool = False,
+) -> pa.Table:
     """Rows of a read-only query (``$name`` placeholders bound from ``params``), from ``db`` if given, else from
-    the running projector."""
+    the running projector. Past ``projector.max_rows`` rows: an error, or with ``truncate`` the first
+    ``max_rows`` rows, marked (``sql.truncated_to``)."""
     if db is not None:
         with open_read_only(db) as con:
-            return query(con, sql, settings.projector.max_rows, params)
+            return query(con, sql, settings.projector.max_rows, params, truncate)
     url = settings.projector.url.rstrip("/") + "/sql"
     try:
-        response = httpx.post(url, json={"sql": sql, "params": params or {}}, timeout=60)
+        body = {"sql": sql, "params": params or {}, "truncate": truncate}
+        response = httpx.post(url, json=body, timeout=60)
     except httpx.TransportError as exc:
         raise ProjectionUnavailable(
             f"no projector answers at {url} ({exc}); start one with `voltbus projector`, or pass --db FILE"
@@ -80,6 +88,8 @@ def render(table: pa.Table, fmt: str, out: Path | None = None) -> None:
         out.write_text(text) if out else sys.stdout.write(text)
     else:
         duckdb.from_arrow(table).show(max_rows=100, max_width=200)
+    if (cut := truncated_to(table)) is not None:
+        print(f"truncated to {cut} rows (projector.max_rows): add a LIMIT to choose them", file=sys.stderr)
 
 
 def interactive(settings: Settings, db: Path | None, say: Callable[[str], None]) -> None:
@@ -94,7 +104,7 @@ def interactive(settings: Settings, db: Path | None, say: Callable[[str], None])
             return
         if line:
             try:
-                render(run_sql(settings, line, db), "table")
+                render(run_sql(settings, line, db, truncate=True), "table")
             except VoltbusError as exc:
                 say(f"error: {exc}")
 

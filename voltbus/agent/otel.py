@@ -136,7 +136,7 @@ class LogTracer:
                 last = await self.store.log.next_sequence(rid, len(spans))
                 first = last - len(spans) + 1
                 records = [span_from_otel(s, rid, aid, first + i) for i, (aid, s) in enumerate(spans)]
-                await self.store.log.publish_spans(events_of(records))
+                await self.store.log.publish_spans(events_of(records, self.store.settings))
             except BaseException as exc:
                 self.pending[rid] = spans + self.pending.get(rid, [])  # kept, in order, for the next flush
                 if isinstance(exc, VoltbusError):

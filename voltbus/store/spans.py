@@ -13,12 +13,16 @@ from voltbus.schemas.base import derive_id
 from voltbus.schemas.commands import MarkAttemptRunning
 from voltbus.schemas.errors import UnknownAttempt
 from voltbus.schemas.spans import RewardReported, SpanEventInfo, SpanRecorded, SpanStatus
+from voltbus.services.settings import NatsSettings
 
 from .base import StoreBase
+from .limits import clip_span
 from .types import Span
 from .views import span_event
 
 _NS = 1e9
+DEFAULT_LIMITS = NatsSettings()
+"""Span size limits when a caller names none."""
 
 
 def _attrs(values: Any) -> dict[str, Any]:
@@ -70,9 +74,13 @@ def reward_event(span: Span) -> RewardReported | None:
     )
 
 
-def events_of(spans: Sequence[Span]) -> list[SpanRecorded | RewardReported]:
-    """The events recording ``spans``: one per span, plus a reward event per reward span."""
-    events: list[SpanRecorded | RewardReported] = [span_event(s) for s in spans]
+def events_of(spans: Sequence[Span], limits: NatsSettings | None = None) -> list[SpanRecorded | RewardReported]:
+    """The events recording ``spans``: one per span (attributes within ``limits``' span sizes, see
+    ``limits``), plus a reward event per reward span."""
+    cfg = limits or DEFAULT_LIMITS
+    events: list[SpanRecorded | RewardReported] = [
+        span_event(clip_span(s, cfg.span_value_max_bytes, cfg.span_max_bytes)) for s in spans
+    ]
     return events + [e for s in spans if (e := reward_event(s)) is not None]
 
 
@@ -103,7 +111,7 @@ class SpanMethods(StoreBase):
             highest[s.rollout_id] = max(highest.get(s.rollout_id, 0), s.sequence_id)
         for rollout_id, seq in highest.items():  # later allocations come after any id given explicitly
             await self.log.raise_sequence(rollout_id, seq)
-        await self.log.publish_spans(events_of(spans))
+        await self.log.publish_spans(events_of(spans, self.settings))
         return list(spans)
 
     async def add_span(self, span: Span) -> Span:

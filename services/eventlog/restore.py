@@ -9,10 +9,12 @@ one, as ``voltbus streams`` or a starting service creates, is replaced; a non-em
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from pathlib import Path
 
+import nats.errors
 from nats.aio.client import Client
 
 from voltbus.schemas.subjects import Topology
@@ -62,6 +64,18 @@ async def _occupied(nc: Client, names: list[str], timeout: float) -> dict[str, i
     return counts
 
 
+async def _send(nc: Client, subject: str, chunk: bytes, timeout: float, tries: int = 50) -> None:
+    """One restore chunk, sent again only when no one received it (the server may not yet listen on
+    ``subject`` right after answering the restore request); a timeout is never retried (ambiguous)."""
+    for attempt in range(tries):
+        try:
+            await nc.request(subject, chunk, timeout=timeout)
+            return
+        except nats.errors.NoRespondersError:
+            await asyncio.sleep(min(0.01 * 2**attempt, 0.2))
+    raise BackupError(f"restore: the server stopped listening on {subject}")
+
+
 async def restore_stream(nc: Client, entry: dict[str, object], path: Path, meter: Meter, timeout: float) -> None:
     """Rebuild one stream from its snapshot file; check its state against the manifest."""
     name = str(entry["name"])
@@ -69,7 +83,7 @@ async def restore_stream(nc: Client, entry: dict[str, object], path: Path, meter
     deliver = str(answer["deliver_subject"])
     with path.open("rb") as f:
         while chunk := f.read(CHUNK):
-            await nc.request(deliver, chunk, timeout=timeout)
+            await _send(nc, deliver, chunk, timeout)
             meter.add(len(chunk))
     reply = await nc.request(deliver, b"", timeout=max(timeout, 120.0))  # the server unpacks it now
     done = json.loads(reply.data)

@@ -311,6 +311,9 @@ class LearnerSettings(BaseModel):
     ones (and all, with 0) are referenced by their path under ``weights_dir``."""
     steps: int = Field(default=20, ge=1)
     """Learner steps of the run."""
+    val_tasks: Path | None = None
+    """Validation tasks (JSON Lines): run once in ``val`` mode with the starting weights before the
+    first step and with the last version after the last step; the run ends with before -> after."""
     tasks_per_step: int = Field(default=16, ge=1)
     """Distinct tasks per step's batch."""
     group_size: int = Field(default=8, ge=1)

@@ -129,8 +129,9 @@ class Up:
     def _died(self, child: Child) -> str:
         return f"{child.label} exited with code {child.proc.returncode}; last lines:\n{child.last_lines()}"
 
-    def supervise(self, keep_going: bool) -> int:
-        """Wait until a stop is asked (return 0) or a service dies (return 1, unless ``keep_going``)."""
+    def supervise(self, keep_going: bool, exit_from: str | None = None) -> int:
+        """Wait until a stop is asked (return 0), a service dies (return 1, unless ``keep_going``), or
+        the ``exit_from`` service exits (return its exit code, like ``docker compose up --exit-code-from``)."""
         reported: set[int] = set()
         while not self.stopping.is_set():
             self.wake.wait(1.0)
@@ -140,6 +141,9 @@ class Up:
                 if code is None or child.proc.pid in reported:
                     continue
                 reported.add(child.proc.pid)
+                if child.service.name == exit_from:
+                    self.say(f"up: {child.label} exited with code {code}; stopping the rest")
+                    return code
                 if code == 0:
                     self.say(f"up: {child.label} finished (exit 0)")
                     continue
@@ -196,7 +200,7 @@ def summary(up: Up, took_s: float) -> str:
 
 
 def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: float, keep_going: bool,
-           say: Callable[[str], None]) -> int:  # fmt: skip
+           say: Callable[[str], None], exit_from: str | None = None) -> int:  # fmt: skip
     """Start ``services``, supervise them until Ctrl-C / SIGTERM or a death, stop them all; the exit code."""
     up = Up(services, cwd, data_dir, say)
 
@@ -209,7 +213,7 @@ def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: 
     try:
         up.start(deadline_s)
         say(summary(up, time.monotonic() - began))
-        code = up.supervise(keep_going)
+        code = up.supervise(keep_going, exit_from)
     except ServiceFailed as exc:
         code = 0 if up.stopping.is_set() else 1
         say(f"up: error: {exc}")
@@ -220,4 +224,13 @@ def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: 
             signal.signal(sig, handler)
     if up.stopping.is_set() and code == 0:
         say("up: stopped")
+    if db := projection_file(services):
+        curve = "SELECT step, round((metrics->>'reward_mean')::DOUBLE, 2) AS reward FROM steps ORDER BY step"
+        say(f'up: the projection stays in {db}; the reward curve: voltbus sql --db {db} "{curve}"')
     return code
+
+
+def projection_file(services: dict[str, Service]) -> str | None:
+    """The projector's DuckDB file (its ``--db`` argument), if a projector ran."""
+    argv = services["projector"].argv if "projector" in services else []
+    return argv[argv.index("--db") + 1] if "--db" in argv[:-1] else None

@@ -164,3 +164,28 @@ def test_a_service_that_dies_is_reported_and_the_rest_stopped(tmp_path: Path) ->
     assert code == 1, text
     assert "up: coordinator exited with code -9" in text
     assert_all_gone(pids)
+
+
+@pytest.mark.timeout(240)
+def test_the_main_command_trains_and_ends_with_the_learner(tmp_path: Path) -> None:
+    """The README's main command (``voltbus up --exit-code-from learner``) with every service of the
+    compose file, cut to 2 small steps: the learner validates, trains, validates, and up ends with its code."""
+    names = ["nats", "nats_monitor", "projector", "dashboard", "inference", "gateway"]
+    ports = {name: free_port() for name in names}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VOLTBUS_", "VB_"))} | {"NO_COLOR": "1"}
+    env |= {f"VB_{k.upper()}_PORT": str(v) for k, v in ports.items()}
+    env |= {"VB_STEPS": "2", "VB_RUNNERS": "1", "VB_RUNNER_SLOTS": "16", "VB_RUN_ID": "main-1"}
+    env |= {"VOLTBUS_LEARNER__TASKS_PER_STEP": "4", "VOLTBUS_LEARNER__GROUP_SIZE": "4"}
+    cmd = VOLTBUS + ["up", "--exit-code-from", "learner", "--data-dir", str(tmp_path / "up"), "--timeout-s", "60"]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=230)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-4000:]
+    assert "up: 8 services (8 processes) ready" in text
+    assert "learner exited with code 0; stopping the rest" in text
+    [summary] = [line for line in text.splitlines() if "run main-1 finished: 2 steps" in line]
+    assert "sampled reward" in summary and "validation 0." in summary, summary
+    db = tmp_path / "up/projector-data/projection.duckdb"
+    assert f"the projection stays in {db}" in text
+    query = "SELECT count(*) FROM steps WHERE run_id = 'main-1'"
+    rows = subprocess.run(VOLTBUS + ["sql", "--db", str(db), "--format", "csv", query], capture_output=True, text=True)
+    assert rows.returncode == 0 and rows.stdout.strip().splitlines()[-1] == "2", rows.stdout + rows.stderr

@@ -322,13 +322,16 @@ def learner(
     model: Annotated[Path | None, typer.Option("--model", help="starting model directory [env: VOLTBUS_LEARNER__MODEL_DIR]")] = None,  # noqa: E501
     run_id: Annotated[str | None, typer.Option("--run-id", help="run to start or continue [env: VOLTBUS_LEARNER__RUN_ID]")] = None,  # noqa: E501
     steps: Annotated[int | None, typer.Option(help="learner steps (default 20)")] = None,
+    val_tasks: Annotated[Path | None, typer.Option("--val-tasks", help="validate on these tasks before and after")] = None,  # noqa: E501
+    time_budget_s: Annotated[float | None, typer.Option("--time-budget-s", help="stop after this much training")] = None,  # noqa: E501
     nats_url: NatsUrl = None,
 ) -> None:
     """Run the GRPO learner: publish versions, enqueue batches, train on their rows, resume after a crash."""
     from voltbus.services.learner.app import load_tasks, run
 
     settings = settings_for(nats_url)
-    updates = {"model_dir": model, "run_id": run_id, "steps": steps}
+    updates = {"model_dir": model, "run_id": run_id, "steps": steps, "val_tasks": val_tasks}
+    updates["time_budget_s"] = time_budget_s
     settings.learner = settings.learner.model_copy(update={k: v for k, v in updates.items() if v is not None})
     asyncio.run(run(settings, load_tasks(tasks), say))
 
@@ -400,6 +403,7 @@ def up(
     data_dir: Annotated[Path | None, typer.Option(help="where named volumes live (default: <data dir>/up)")] = None,
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="readiness deadline of each service")] = 180.0,
     keep_going: Annotated[bool, typer.Option(help="keep the rest running when a service dies")] = False,
+    exit_code_from: Annotated[str | None, typer.Option("--exit-code-from", help="stop all when this service exits; its exit code")] = None,  # noqa: E501
 ) -> None:
     """Run docker-compose.yml's services as local processes (embedded bus, no Docker); Ctrl-C stops them."""
     import os
@@ -414,7 +418,14 @@ def up(
     data_dir = data_dir or Path(platformdirs.user_data_dir("voltbus")) / "up"
     topology = load_topology(file, os.environ, data_dir.resolve())
     chosen = select(topology, services.split(",") if services else None, profile or [])
-    raise typer.Exit(run_up(chosen, file.resolve().parent, data_dir, timeout_s, keep_going, say))
+    if exit_code_from is not None and exit_code_from not in chosen:
+        raise ComposeError(f"--exit-code-from {exit_code_from}: not among the services started ({', '.join(chosen)})")
+    raise typer.Exit(run_up(chosen, file.resolve().parent, data_dir, timeout_s, keep_going, say, exit_code_from))
+
+
+from voltbus.cli_backup import register as _register_backup  # noqa: E402
+
+_register_backup(app)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from voltbus.services.settings import Settings
 from voltbus.store import connect
 
+from .evaluate import validate
 from .session import LearnerError, Session, new_run_id
 
 
@@ -28,16 +29,46 @@ def load_tasks(path: Path) -> list[Any]:
 
 
 async def run(settings: Settings, tasks: list[Any], say: Callable[[str], None]) -> str:
-    """Train (or continue) the run named in the settings; returns its id."""
+    """Train (or continue) the run named in the settings, validating before and after when asked;
+    returns its id. A run that already finished is reported and left as it is."""
     from .loop import GRPO  # torch from here on
 
-    run_id = settings.learner.run_id or new_run_id()
+    s = settings.learner
+    run_id = s.run_id or new_run_id()
+    val = load_tasks(s.val_tasks) if s.val_tasks else []
     say(f"run {run_id} (continue it with --run-id {run_id}); projector {settings.projector.url}")
     store = await connect(settings=settings.nats, name="voltbus-learner")
     session = Session(store, run_id, settings.projector.url)
     try:
-        await GRPO(settings.learner).run(session, tasks, say)
+        history = await session.history()
+        if history.finished is not None:
+            say(f"run {run_id} already {history.finished} after {history.next_step} steps; nothing to do "
+                "(start another with --run-id, or VB_RUN_ID under compose)")  # fmt: skip
+            return run_id
+        loop = GRPO(s)
+        before = await validate(session, val, loop, False, say) if not history.started else None
+        await loop.run(session, tasks, say)
+        after = await validate(session, val, loop, True, say)
+        say(outcome(run_id, loop.curve, before, after))
     finally:
         await session.close()
         await store.close()
     return run_id
+
+
+def outcome(run_id: str, curve: list[dict[str, float]], before: dict | None, after: dict | None) -> str:
+    """The run's one-line summary: sampled reward over the first and last steps, validation before -> after.
+
+    >>> outcome("r", [{"reward_mean": 0.5}, {"reward_mean": 0.7}], {"mean_reward": 0.4}, {"mean_reward": 0.9})
+    'run r finished: 2 steps; sampled reward 0.50 (first 1 steps) -> 0.70 (last 1); validation 0.40 -> 0.90'
+    """
+    parts = [f"run {run_id} finished: {len(curve)} steps"]
+    if curve:
+        rewards = [m["reward_mean"] for m in curve]
+        k = max(1, min(5, len(rewards) // 3))
+        first, last = sum(rewards[:k]) / k, sum(rewards[-k:]) / k
+        parts.append(f"sampled reward {first:.2f} (first {k} steps) -> {last:.2f} (last {k})")
+    if after is not None:
+        start = f"{before['mean_reward']:.2f}" if before is not None else "(resumed run)"
+        parts.append(f"validation {start} -> {after['mean_reward']:.2f}")
+    return "; ".join(parts)

@@ -5,21 +5,19 @@ module never loads torch; ``GRPO.fit`` does."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from voltbus.services.learner.session import LearnerError, Session, new_run_id
+from voltbus.services.learner.evaluate import evaluate, validate
+from voltbus.services.learner.session import Session, new_run_id
 from voltbus.services.settings import LearnerSettings, Settings
-from voltbus.store import EnqueueRolloutRequest, connect
+from voltbus.store import connect
 
 from .system import local_system
 
 if TYPE_CHECKING:
     from . import Trainer
-
-EVAL_SQL = (Path(__file__).parent / "eval_rewards.sql").read_text()
 
 
 @asynccontextmanager
@@ -35,18 +33,6 @@ async def bus(settings: Settings, say: Callable[[str], None]) -> AsyncIterator[S
         yield settings.model_copy(update={"nats": settings.nats.model_copy(update={"url": server.url})})
     finally:
         server.stop()
-
-
-async def evaluate(session: Session, tasks: Sequence[Any], mode: str, resources_id: str | None) -> dict[str, float]:
-    """Run ``tasks`` once in ``mode`` with ``resources_id``; mean reward (0 for a rollout without one)."""
-    requests = [EnqueueRolloutRequest(input=t, mode=mode, resources_id=resources_id) for t in tasks]
-    rollouts = await session.store.enqueue_many_rollouts(requests)
-    ids = [r.rollout_id for r in rollouts]
-    done = await session.store.wait_for_rollouts(rollout_ids=ids, timeout=600)
-    if len(done) < len(ids):
-        raise LearnerError(f"evaluation: {len(ids) - len(done)} of {len(ids)} rollouts did not finish in 600 s")
-    [row] = (await session.query(EVAL_SQL, {"rollouts": ids})).to_pylist()
-    return {"mean_reward": float(row["mean_reward"] or 0.0), "rollouts": float(row["rollouts"])}
 
 
 class GRPO:
@@ -70,10 +56,9 @@ class GRPO:
             session = Session(store, run_id, wired.projector.url)
             try:
                 loop = Loop(wired.learner, trainer.initial_resources)
-                before = await self._evaluate(session, val, loop, None, trainer.say)
+                before = await validate(session, val, loop, False, trainer.say)
                 await loop.run(session, train, trainer.say)
-                latest = await store.get_resources_by_id(run_id)
-                after = await self._evaluate(session, val, loop, latest, trainer.say)
+                after = await validate(session, val, loop, True, trainer.say)
             finally:
                 await session.close()
                 await store.close()
@@ -85,20 +70,6 @@ class GRPO:
             "namespace": wired.nats.namespace,
         }
         return self.result
-
-    @staticmethod
-    async def _evaluate(session: Session, val: list[Any], loop: Any, latest: Any, say: Callable[[str], None]) -> Any:
-        if not val:
-            return None
-        resources_id = f"{session.run_id}:{latest.version}" if latest is not None else None
-        if resources_id is None:  # before training: the starting weights, published as the run's version 1
-            from voltbus.services.learner.policy import initial_weights
-
-            resources_id = await loop.publish(session, *initial_weights(loop.settings))
-            await loop.served(resources_id)
-        result = await evaluate(session, val, "val", resources_id)
-        say(f"validation with {resources_id}: mean reward {result['mean_reward']:.3f} over {int(result['rollouts'])}")
-        return result
 
 
 class Baseline:

@@ -47,6 +47,7 @@ from .commands import (
 )
 from .errors import (
     AttemptLimit,
+    BusAuthRefused,
     BusStartFailed,
     BusUnavailable,
     ConcurrencyConflict,
@@ -154,6 +155,7 @@ __all__ = [
     "AttemptUpdated",
     "AttributeValue",
     "Attributes",
+    "BusAuthRefused",
     "BusStartFailed",
     "BusUnavailable",
     "CancelRollout",

@@ -139,6 +139,19 @@ class BusUnavailable(VoltbusError):
         super().__init__(f"cannot reach NATS at {url}: {reason} (start one with `voltbus nats`)")
 
 
+class BusAuthRefused(BusUnavailable):
+    """The NATS server refused the connection's credentials (wrong or missing user and password)."""
+
+    def __init__(self, url: str, user: str | None, reason: str) -> None:
+        who = f"user {user!r}" if user else "a connection without credentials"
+        VoltbusError.__init__(
+            self,
+            f"NATS at {url} refused {who}: {reason} (set VOLTBUS_NATS__USER and VOLTBUS_NATS__PASSWORD "
+            f"from a role's env file of `voltbus nats auth init`)",
+        )
+        self.url, self.user, self.reason = url, user, reason
+
+
 class BusStartFailed(VoltbusError):
     """The embedded nats-server could not start; the message says why in one line."""
 

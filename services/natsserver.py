@@ -22,6 +22,7 @@ from pathlib import Path
 
 from voltbus.schemas.errors import BusStartFailed
 
+from .natsauth import auth_file
 from .settings import BusSettings, Settings
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,32 @@ def render_config(bus: BusSettings, max_payload: int, port: int | None = None) -
     if bus.sync_always:
         lines.append("  sync_interval: always")
     lines.append("}")
+    lines += security_lines(bus)
     return "\n".join(lines) + "\n"
+
+
+def _quoted_path(path: Path) -> str:
+    return '"' + str(path.resolve()).replace('"', '\\"') + '"'
+
+
+def security_lines(bus: BusSettings) -> list[str]:
+    """The ``include`` of the per-role users (``auth_dir``) and the ``tls`` block, when configured.
+
+    >>> security_lines(BusSettings(tls_cert=Path("/c.pem"), tls_key=Path("/k.pem")))[0]
+    'tls {'
+    """
+    lines = []
+    if bus.tls_cert or bus.tls_key:
+        if not (bus.tls_cert and bus.tls_key):
+            raise BusStartFailed("TLS needs both a certificate and its key (VOLTBUS_BUS__TLS_CERT and __TLS_KEY)")
+        lines += ["tls {", f"  cert_file: {_quoted_path(bus.tls_cert)}", f"  key_file: {_quoted_path(bus.tls_key)}"]
+        if bus.tls_ca:
+            lines += [f"  ca_file: {_quoted_path(bus.tls_ca)}", "  verify: true"]
+        lines.append("}")
+    if bus.auth_dir is not None:  # nats-server resolves includes from the config's folder (the data dir)
+        relative = os.path.relpath(auth_file(bus.auth_dir).resolve(), bus.data_dir.resolve())
+        lines.append(f'include "{relative}"')
+    return lines
 
 
 def check_data_dir(data_dir: Path) -> None:

@@ -33,7 +33,8 @@ class NatsSettings(BaseModel):
     """How services reach the bus and name their streams."""
 
     url: str = "nats://127.0.0.1:4222"
-    """NATS server URL (``VOLTBUS_NATS__URL``)."""
+    """NATS server URL (``VOLTBUS_NATS__URL``); for a cluster, several comma-separated
+    (``nats://a:4222,nats://b:4222,nats://c:4222``)."""
     namespace: str = "vb"
     """Subject prefix and stream-name stem; one namespace is one voltbus deployment."""
     connect_timeout_s: float = 2.0
@@ -70,6 +71,23 @@ class NatsSettings(BaseModel):
     span_max_bytes: int = Field(default=1024 * 1024, ge=1024)
     """Most bytes of attribute values in one span (its events' included); past it the rest are left
     out and counted in ``voltbus.dropped_attributes``. Keep it below ``max_payload``."""
+    user: str | None = None
+    """Bus user (``VOLTBUS_NATS__USER``), one role of ``voltbus nats auth init``; None: no authentication."""
+    password: str | None = Field(default=None, repr=False)
+    """Password of ``user`` (``VOLTBUS_NATS__PASSWORD``); never logged."""
+    inbox_prefix: str | None = None
+    """Prefix of reply subjects; None: ``_INBOX_<user>`` with a user (the only inbox its generated
+    permissions let it subscribe to), else ``_INBOX``."""
+    tls_ca: Path | None = None
+    """CA bundle that signed the server's certificate (``VOLTBUS_NATS__TLS_CA``); set it to connect with TLS."""
+    tls_cert: Path | None = None
+    """Client certificate, for a server that verifies clients (with ``tls_key``)."""
+    tls_key: Path | None = None
+    """Private key of ``tls_cert``."""
+    replicas: int = 1
+    """Copies of every stream and of the weights object store on a NATS cluster (1 on a single server;
+    3 on a 3-node cluster survives the loss of one node). A higher value scales existing streams up, except
+    a single-server spans stream (its async persistence cannot change); a lower one changes nothing."""
 
 
 class BusSettings(BaseModel):
@@ -87,6 +105,15 @@ class BusSettings(BaseModel):
     """HTTP monitoring port (/healthz, /jsz); 0 disables it."""
     sync_always: bool = True
     """fsync every write (``sync_interval: always``): no acknowledged event lost on power loss."""
+    auth_dir: Path | None = None
+    """Directory written by ``voltbus nats auth init``: the server then requires its per-role users and
+    permissions (``VOLTBUS_BUS__AUTH_DIR``); None: no authentication."""
+    tls_cert: Path | None = None
+    """Server certificate (PEM); with ``tls_key``, clients must connect with TLS."""
+    tls_key: Path | None = None
+    """Private key of ``tls_cert``."""
+    tls_ca: Path | None = None
+    """CA bundle of client certificates; when set, the server also verifies clients (mutual TLS)."""
 
 
 class CoordinatorSettings(BaseModel):

@@ -4,21 +4,48 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
+from typing import Any
 
 from nats.aio.client import Client
 
-from voltbus.schemas.errors import BusUnavailable
+from voltbus.schemas.errors import BusAuthRefused, BusUnavailable
 
 from ..settings import NatsSettings
 
 log = logging.getLogger(__name__)
 
 
-async def connect(settings: NatsSettings, name: str = "voltbus") -> Client:
-    """Connect to ``settings.url``; raise :class:`BusUnavailable` naming the URL if nothing answers.
+def credentials(settings: NatsSettings) -> dict[str, Any]:
+    """The connect options that authenticate (user, password, own inbox prefix) and encrypt (TLS).
 
-    Once connected the client reconnects forever, so a restarted server is picked up again.
+    >>> credentials(NatsSettings(user="runner", password="pw"))["inbox_prefix"]
+    '_INBOX_runner'
+    >>> credentials(NatsSettings())
+    {}
     """
+    options: dict[str, Any] = {}
+    if settings.user:
+        options |= {"user": settings.user, "password": settings.password or ""}
+    prefix = settings.inbox_prefix or (f"_INBOX_{settings.user}" if settings.user else None)
+    if prefix:
+        options["inbox_prefix"] = prefix
+    if settings.tls_ca or settings.tls_cert:
+        context = ssl.create_default_context(cafile=settings.tls_ca)
+        if settings.tls_cert:
+            context.load_cert_chain(settings.tls_cert, settings.tls_key)
+        options["tls"] = context
+    return options
+
+
+async def connect(settings: NatsSettings, name: str = "voltbus") -> Client:
+    """Connect to ``settings.url`` (several servers of a cluster: comma-separated); raise
+    :class:`BusUnavailable` naming the URL if nothing answers.
+
+    Once connected the client reconnects forever, to any server of the cluster, so a restarted or
+    lost server is survived.
+    """
+    servers = [url.strip() for url in settings.url.split(",") if url.strip()]
     nc = Client()
     errors: list[str] = []
 
@@ -38,7 +65,7 @@ async def connect(settings: NatsSettings, name: str = "voltbus") -> Client:
     try:
         async with asyncio.timeout(settings.connect_timeout_s * 2):
             await nc.connect(
-                settings.url,
+                servers,
                 name=name,
                 connect_timeout=settings.connect_timeout_s,
                 max_reconnect_attempts=-1,
@@ -47,9 +74,13 @@ async def connect(settings: NatsSettings, name: str = "voltbus") -> Client:
                 error_cb=on_error,
                 disconnected_cb=on_disconnect,
                 reconnected_cb=on_reconnect,
+                **credentials(settings),
             )
     except (TimeoutError, OSError, Exception) as exc:  # nats-py raises many unrelated types here
         await nc.close()
         reason = errors[-1] if errors else (str(exc) or type(exc).__name__)
+        refusals = [e for e in [*errors, str(exc)] if "authorization violation" in e.lower()]
+        if refusals:  # the server may also reset the socket: its refusal is the reason, not the reset
+            raise BusAuthRefused(settings.url, settings.user, refusals[-1]) from None
         raise BusUnavailable(settings.url, reason) from None
     return nc

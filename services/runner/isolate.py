@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 
 import msgspec
 
@@ -32,6 +33,17 @@ class ChildJob(msgspec.Struct, kw_only=True):
     rollout: AttemptedRollout
     key: str | None = None
     """The agent key its ProxyLLM resources carry."""
+
+
+def child_environment(parent: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The agent process's environment: the runner's less every ``VOLTBUS_*`` variable (bus credentials,
+    gateway secrets: an agent gets none), plus ``extra`` (the attempt's ``AGL_*`` variables).
+
+    >>> child_environment({"PATH": "/bin", "VOLTBUS_NATS__PASSWORD": "pw"}, {"AGL_KEY": "k"})
+    {'PATH': '/bin', 'AGL_KEY': 'k'}
+    """
+    kept = {k: v for k, v in parent.items() if not k.startswith("VOLTBUS_")}
+    return kept | dict(extra or {})
 
 
 def _exit_reason(code: int) -> str:
@@ -75,7 +87,7 @@ async def run_isolated(
         "voltbus.services.runner.child",
         stdin=asyncio.subprocess.PIPE,
         start_new_session=True,
-        env={**os.environ, **(env or {})},
+        env=child_environment(os.environ, env),
     )
     try:
         await asyncio.wait_for(proc.communicate(job), timeout=rollout.config.timeout_seconds)

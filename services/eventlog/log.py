@@ -93,7 +93,7 @@ class EventLog:
 
     async def put_weights(self, name: str, path: Path) -> str:
         """Store a weights file in the bus (``nats-obj://<ns>-weights/<name>``); returns its reference."""
-        return await objects.put_file(self.js, self.weights_bucket, name, path)
+        return await objects.put_file(self.js, self.weights_bucket, name, path, self.settings.replicas)
 
     async def fetch_weights(self, uri: str, cache: Path, sha256: str) -> Path:
         """A local, digest-checked copy of weights stored in the bus (fetched once per digest)."""

@@ -43,12 +43,15 @@ def parse_uri(uri: str) -> tuple[str, str]:
     return bucket, name
 
 
-async def put_file(js: JetStreamContext, bucket: str, name: str, path: Path) -> str:
-    """Store ``path`` as object ``name`` (the bucket is created if needed); returns its reference."""
+async def put_file(js: JetStreamContext, bucket: str, name: str, path: Path, replicas: int = 1) -> str:
+    """Store ``path`` as object ``name`` (the bucket, with ``replicas`` copies, is created if needed);
+    returns its reference."""
     try:
         store = await js.object_store(bucket)
     except NotFoundError:
-        store = await js.create_object_store(bucket, ObjectStoreConfig(bucket=bucket, storage=StorageType.FILE))
+        store = await js.create_object_store(
+            bucket, ObjectStoreConfig(bucket=bucket, storage=StorageType.FILE, replicas=replicas)
+        )
     with path.open("rb") as f:
         await store.put(name, f)
     return object_uri(bucket, name)

@@ -52,11 +52,12 @@ def control_config(settings: NatsSettings) -> StreamConfig:
         deny_purge=True,
         allow_direct=True,
         allow_atomic=True,
+        num_replicas=settings.replicas,
     )
 
 
 def spans_config(settings: NatsSettings) -> StreamConfig:
-    """The telemetry stream: sharded subjects, asynchronous persistence, dedup by event id."""
+    """The telemetry stream: sharded subjects, asynchronous persistence (single server), dedup by event id."""
     topo = topology_of(settings)
     return StreamConfig(
         name=topo.spans_stream,
@@ -71,7 +72,8 @@ def spans_config(settings: NatsSettings) -> StreamConfig:
         deny_delete=True,
         deny_purge=True,
         allow_direct=True,
-        persist_mode=PersistMode.ASYNC,
+        persist_mode=PersistMode.ASYNC if settings.replicas == 1 else None,  # the server refuses async on replicas
+        num_replicas=settings.replicas,
     )
 
 
@@ -86,6 +88,7 @@ def counters_config(settings: NatsSettings) -> StreamConfig:
         storage=StorageType.FILE,
         allow_msg_counter=True,
         allow_direct=True,
+        num_replicas=settings.replicas,
     )
 
 
@@ -101,6 +104,7 @@ def advisories_config(settings: NatsSettings) -> StreamConfig:
         discard=DiscardPolicy.NEW,
         deny_delete=True,
         deny_purge=True,
+        num_replicas=settings.replicas,
     )
 
 
@@ -129,7 +133,8 @@ def _mismatch(found: StreamConfig, wanted: StreamConfig, subjects: bool = True) 
             return name, bool(getattr(found, name)), bool(getattr(wanted, name))
     if wanted.allow_atomic and not found.allow_atomic:
         return "allow_atomic", found.allow_atomic, True
-    if (found.persist_mode or PersistMode.DEFAULT) != (wanted.persist_mode or PersistMode.DEFAULT):
+    replicated = (found.num_replicas or 1) > 1 or (wanted.num_replicas or 1) > 1  # async needs one replica
+    if not replicated and (found.persist_mode or PersistMode.DEFAULT) != (wanted.persist_mode or PersistMode.DEFAULT):
         return "persist_mode", found.persist_mode, wanted.persist_mode
     if found.duplicate_window < wanted.duplicate_window:
         return "duplicate_window", found.duplicate_window, wanted.duplicate_window
@@ -157,7 +162,18 @@ async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> bool:
         return False
     if problem:
         raise StreamConfigMismatch(wanted.name, *problem)
+    if (wanted.num_replicas or 1) > (info.config.num_replicas or 1):
+        await _scale_up(js, info.config, wanted.num_replicas or 1)
     return False
+
+
+async def _scale_up(js: JetStreamContext, found: StreamConfig, replicas: int) -> None:
+    """Give an existing stream more copies (the cluster copies its history). Never fewer: a client
+    with the default of 1 leaves a replicated stream as it is."""
+    if found.persist_mode == PersistMode.ASYNC:  # the server cannot change a stream's persist mode
+        raise StreamConfigMismatch(found.name or "", "num_replicas", found.num_replicas, replicas)
+    await js.update_stream(dataclasses.replace(found, num_replicas=replicas))
+    log.warning("stream %s: replicas %s -> %s", found.name, found.num_replicas or 1, replicas)
 
 
 async def _add_subjects(js: JetStreamContext, found: StreamConfig, wanted: StreamConfig) -> None:

@@ -51,22 +51,6 @@ def say(line: str) -> None:
 
 
 @app.command()
-def nats(
-    data_dir: Annotated[Path | None, typer.Option(help="JetStream store [env: VOLTBUS_BUS__DATA_DIR]")] = None,
-    host: Annotated[str | None, typer.Option(help="Interface to bind (default 127.0.0.1)")] = None,
-    port: Annotated[int | None, typer.Option(help="Client port (default 4222)")] = None,
-    monitor_port: Annotated[int | None, typer.Option(help="Monitoring port, 0 to disable (default 8222)")] = None,
-) -> None:
-    """Run the embedded NATS JetStream bus in the foreground (Ctrl-C stops it)."""
-    from voltbus.services.natsserver import serve_forever
-
-    settings = settings_for()
-    updates = {"data_dir": data_dir, "host": host, "port": port, "monitor_port": monitor_port}
-    settings.bus = settings.bus.model_copy(update={k: v for k, v in updates.items() if v is not None})
-    raise typer.Exit(serve_forever(settings, say))
-
-
-@app.command()
 def check(
     nats_url: NatsUrl = None,
     rollouts: Annotated[int, typer.Option(help="Rollouts to enqueue")] = 1000,
@@ -426,6 +410,10 @@ def up(
 from voltbus.cli_backup import register as _register_backup  # noqa: E402
 
 _register_backup(app)
+
+from voltbus.cli_nats import register as _register_nats  # noqa: E402
+
+_register_nats(app)
 
 
 def main() -> None:

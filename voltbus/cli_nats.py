@@ -1,0 +1,70 @@
+"""``voltbus nats``: the embedded bus, and ``voltbus nats auth init``: its per-role users and permissions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+nats_app = typer.Typer(
+    help="Run the embedded NATS JetStream bus in the foreground (Ctrl-C stops it).", invoke_without_command=True
+)
+auth_app = typer.Typer(help="Bus users and permissions, one user per voltbus role.", no_args_is_help=True)
+nats_app.add_typer(auth_app, name="auth")
+
+
+@nats_app.callback()
+def nats(
+    ctx: typer.Context,
+    data_dir: Annotated[Path | None, typer.Option(help="JetStream store [env: VOLTBUS_BUS__DATA_DIR]")] = None,
+    host: Annotated[str | None, typer.Option(help="Interface to bind (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="Client port (default 4222)")] = None,
+    monitor_port: Annotated[int | None, typer.Option(help="Monitoring port, 0 to disable (default 8222)")] = None,
+    auth: Annotated[
+        Path | None,
+        typer.Option(help="require the users of this `nats auth init` directory [env: VOLTBUS_BUS__AUTH_DIR]"),
+    ] = None,  # noqa: E501
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="serve TLS with this certificate [env: VOLTBUS_BUS__TLS_CERT]")
+    ] = None,  # noqa: E501
+    tls_key: Annotated[Path | None, typer.Option(help="private key of --tls-cert [env: VOLTBUS_BUS__TLS_KEY]")] = None,  # noqa: E501
+) -> None:
+    """Run the embedded NATS JetStream bus in the foreground (Ctrl-C stops it)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from voltbus.cli import say, settings_for
+    from voltbus.services.natsserver import serve_forever
+
+    settings = settings_for()
+    updates = {"data_dir": data_dir, "host": host, "port": port, "monitor_port": monitor_port, "auth_dir": auth}
+    updates |= {"tls_cert": tls_cert, "tls_key": tls_key}
+    settings.bus = settings.bus.model_copy(update={k: v for k, v in updates.items() if v is not None})
+    raise typer.Exit(serve_forever(settings, say))
+
+
+@auth_app.command("init")
+def auth_init(
+    out: Annotated[Path, typer.Option(help="directory for auth.conf and one <role>.env per role")],
+    namespace: Annotated[
+        str | None, typer.Option(help="the deployment's namespace [env: VOLTBUS_NATS__NAMESPACE]")
+    ] = None,  # noqa: E501
+    force: Annotated[bool, typer.Option(help="replace existing credentials (every role gets a new password)")] = False,
+    rounds: Annotated[int, typer.Option(help="bcrypt cost; the server pays it once per connection")] = 11,
+) -> None:
+    """Generate a password per role, the server's include of their bcrypt hashes and permissions, and env files."""
+    from voltbus.cli import say, settings_for
+    from voltbus.schemas.subjects import Topology
+    from voltbus.services.natsauth import ROLES, AuthError, init_auth
+
+    if (out / "auth.conf").exists() and not force:
+        raise AuthError(f"{out / 'auth.conf'} exists; pass --force to replace every role's password")
+    ns = namespace or settings_for().nats.namespace
+    init_auth(out, Topology(namespace=ns), rounds=rounds)
+    say(f"wrote {out / 'auth.conf'} (namespace {ns!r}) and {len(ROLES)} env files: {', '.join(ROLES)}")
+    say(f"run the bus with `voltbus nats --auth {out}`; give each service its role's env file")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``voltbus nats`` to the main app."""
+    app.add_typer(nats_app, name="nats")

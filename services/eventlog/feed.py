@@ -2,14 +2,20 @@
 
 Batches come from a bounded local queue filled by the consumer's callback, so taking a batch with
 a deadline never cancels anything inside nats-py, and a slow reader pauses the server (flow control).
+A feed that stays idle while the stream has moved past it re-subscribes after the last sequence it
+delivered: an ordered consumer lives in server memory, and after a server restart nats-py 2.16 may
+take many seconds to notice, or never (nats.py issues 504 and 510).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import Callable
 
+import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -18,6 +24,11 @@ from voltbus.schemas.codec import AnyEvent
 
 from .records import BadEvent, Envelope
 from .replay import BUFFER, _item
+
+log = logging.getLogger(__name__)
+
+STALL_S = 1.0
+"""Idle time after which a feed checks whether the stream moved on without it."""
 
 
 class Feed:
@@ -30,10 +41,18 @@ class Feed:
         self.decode = decode
         self.queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=BUFFER)
         self.sub: JetStreamContext.PushSubscription | None = None
+        self.next_seq = 1
+        """The sequence the feed hands out next (anything below it is a redelivery and is dropped)."""
+        self.idle_since = time.monotonic()
 
     async def open(self, from_seq: int) -> Feed:
         """Start delivering at ``from_seq``."""
-        config = ConsumerConfig(opt_start_seq=max(from_seq, 1))
+        self.next_seq = max(from_seq, 1)
+        await self._subscribe()
+        return self
+
+    async def _subscribe(self) -> None:
+        config = ConsumerConfig(opt_start_seq=self.next_seq)
         self.sub = await self.js.subscribe(
             self.subjects,
             stream=self.stream,
@@ -42,7 +61,25 @@ class Feed:
             config=config,
             cb=self.queue.put,
         )
-        return self
+        self.idle_since = time.monotonic()
+
+    async def _unstall(self) -> None:
+        """Re-subscribe if the stream holds messages past the feed and none arrived for ``STALL_S``."""
+        if time.monotonic() - self.idle_since < STALL_S:
+            return
+        self.idle_since = time.monotonic()
+        try:
+            last = await self.last_seq()
+        except (TimeoutError, nats.errors.Error):
+            return  # the bus is away; ask again later
+        if last < self.next_seq or not self.queue.empty():
+            return
+        log.warning("feed of %s stalled before seq %d (stream at %d): re-subscribing", self.stream, self.next_seq, last)
+        if self.sub is not None:
+            with contextlib.suppress(Exception):  # the old consumer may be gone with the server that held it
+                await self.sub.unsubscribe()
+        with contextlib.suppress(TimeoutError, nats.errors.Error):
+            await self._subscribe()
 
     async def last_seq(self) -> int:
         """The stream's last sequence right now."""
@@ -67,11 +104,18 @@ class Feed:
             else:
                 msg = self.queue.get_nowait()
             item = _item(msg, self.decode)
+            if item.seq < self.next_seq:
+                continue  # delivered already, before a re-subscription
             if to_seq is not None and item.seq > to_seq:
                 break
             items.append(item)
+            self.next_seq = item.seq + 1
             if to_seq is not None and item.seq >= to_seq:
                 break
+        if items:
+            self.idle_since = time.monotonic()
+        else:
+            await self._unstall()
         return items
 
     async def close(self) -> None:

@@ -34,7 +34,8 @@ async def _run(nats_url: str | None, namespace: str | None, work: str, path: Pat
         if work == "backup":
             await backup(nc, topology_of(settings), path, say, timeout)
         else:
-            await restore(nc, topology_of(settings), path, say, force, timeout)
+            replicas = settings.replicas if settings.replicas > 1 else None  # a cluster's copies; else as saved
+            await restore(nc, topology_of(settings), path, say, force, timeout, replicas)
     finally:
         await nc.drain()
 
@@ -59,7 +60,9 @@ def restore_command(
     namespace: Namespace = None,
 ) -> None:
     """Restore a backup into a bus (stop the services first): checksums are verified before anything is
-    written, and streams that hold messages are refused unless --force."""
+    written, and streams that hold messages are refused unless --force.
+
+    With VOLTBUS_NATS__REPLICAS above 1 (a cluster), every stream is restored with that many copies."""
     asyncio.run(_run(nats_url, namespace, "restore", source, force))
 
 

@@ -53,6 +53,20 @@ def verify(source: Path, manifest: dict[str, object]) -> None:
             )
 
 
+def placed(config: dict[str, object], replicas: int | None) -> dict[str, object]:
+    """A stream's saved config with ``replicas`` copies (None or 1: as saved). A replicated stream cannot
+    persist asynchronously, so the spans stream's ``persist_mode`` goes with more than one copy.
+
+    >>> placed({"name": "VB_SPANS", "num_replicas": 1, "persist_mode": "async"}, 3)
+    {'name': 'VB_SPANS', 'num_replicas': 3}
+    >>> placed({"name": "VB_SPANS", "num_replicas": 1, "persist_mode": "async"}, None)["persist_mode"]
+    'async'
+    """
+    if not replicas or replicas == 1:
+        return config
+    return {**{k: v for k, v in config.items() if k != "persist_mode"}, "num_replicas": replicas}
+
+
 async def _occupied(nc: Client, names: list[str], timeout: float) -> dict[str, int]:
     """Message counts of the streams among ``names`` that exist on the server."""
     existing = set(await list_streams(nc, timeout))
@@ -76,10 +90,13 @@ async def _send(nc: Client, subject: str, chunk: bytes, timeout: float, tries: i
     raise BackupError(f"restore: the server stopped listening on {subject}")
 
 
-async def restore_stream(nc: Client, entry: dict[str, object], path: Path, meter: Meter, timeout: float) -> None:
-    """Rebuild one stream from its snapshot file; check its state against the manifest."""
+async def restore_stream(
+    nc: Client, entry: dict[str, object], path: Path, meter: Meter, timeout: float, replicas: int | None = None
+) -> None:
+    """Rebuild one stream from its snapshot file (with ``replicas`` copies if given); check its state."""
     name = str(entry["name"])
-    answer = await _api(nc, f"STREAM.RESTORE.{name}", {"config": entry["config"], "state": entry["state"]}, timeout)
+    config = placed(entry["config"], replicas)  # type: ignore[arg-type]
+    answer = await _api(nc, f"STREAM.RESTORE.{name}", {"config": config, "state": entry["state"]}, timeout)
     deliver = str(answer["deliver_subject"])
     with path.open("rb") as f:
         while chunk := f.read(CHUNK):
@@ -96,9 +113,17 @@ async def restore_stream(nc: Client, entry: dict[str, object], path: Path, meter
 
 
 async def restore(
-    nc: Client, topology: Topology, source: Path, say: Say, force: bool = False, timeout: float = 30.0
+    nc: Client,
+    topology: Topology,
+    source: Path,
+    say: Say,
+    force: bool = False,
+    timeout: float = 30.0,
+    replicas: int | None = None,
 ) -> dict[str, object]:
-    """Restore the backup in ``source`` into the server ``nc`` is connected to; return its manifest."""
+    """Restore the backup in ``source`` into the server ``nc`` is connected to; return its manifest.
+
+    ``replicas``: copies of every stream on a cluster (None: as the backup saved them)."""
     manifest = read_manifest(source)
     if manifest["namespace"] != topology.namespace:
         raise BackupError(
@@ -117,7 +142,7 @@ async def restore(
     meter = Meter("restore", sum(int(e["bytes"]) for e in entries), say)  # type: ignore[call-overload]
     say(f"restore: {len(entries)} streams of namespace {topology.namespace!r} from {source}")
     for entry in entries:
-        await restore_stream(nc, entry, source / str(entry["file"]), meter, timeout)
+        await restore_stream(nc, entry, source / str(entry["file"]), meter, timeout, replicas)
     messages = sum(int(e["state"]["messages"]) for e in entries)  # type: ignore[index]
     replaced = f", replaced {', '.join(sorted(occupied))}" if occupied else ""
     say(f"restored {len(entries)} streams, {messages:,} messages in {meter.elapsed():.1f}s{replaced}")

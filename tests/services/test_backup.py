@@ -124,3 +124,35 @@ async def test_backup_refuses_a_directory_holding_a_backup(store: Store, tmp_pat
     await backup(store.log.nc, store.topology, tmp_path / "bk", lambda _: None)
     with pytest.raises(BackupError, match="already holds a backup"):
         await backup(store.log.nc, store.topology, tmp_path / "bk", lambda _: None)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_a_single_server_backup_restores_into_a_three_node_cluster(
+    store: Store, nats_settings: NatsSettings, tmp_path: Path
+) -> None:
+    from tests.test_cluster import retried, start_cluster
+
+    await workload.write(store, 8)
+    await backup(store.log.nc, store.topology, tmp_path / "bk", lambda _: None)
+    (tmp_path / "cluster").mkdir()
+    nodes = start_cluster(tmp_path / "cluster")
+    try:
+        urls = ",".join(n.url for n in nodes.values())
+        cluster = nats_settings.model_copy(update={"url": urls, "replicas": 3})
+        nc = await retried(lambda: connect_bus(cluster))
+        try:
+            await retried(lambda: list_streams(nc, 2.0))  # the cluster has elected its JetStream leader
+            await restore(nc, store.topology, tmp_path / "bk", lambda _: None, replicas=3)
+        finally:
+            await nc.close()
+        log = await retried(lambda: EventLog.connect(cluster))  # a service with replicas=3 accepts the streams
+        try:
+            spans = (await log.js.stream_info(log.topology.spans_stream)).config
+            assert spans.num_replicas == 3 and spans.persist_mode in (None, "default")
+        finally:
+            await log.close()
+        assert await replayed(cluster, tmp_path / "cluster.duckdb") == await replayed(nats_settings, tmp_path / "o.db")
+    finally:
+        for node in nodes.values():
+            node.kill()

@@ -130,7 +130,8 @@ class GRPO:
                 f"over {int(metrics['rollouts_trained'])} rollouts, {int(metrics['tokens'])} tokens, "
                 f"published {resources_id} in {metrics['time_step_s']:.1f}s (sampling {metrics['time_sample_s']:.1f}, "
                 f"rows {metrics['time_query_s']:.1f}, update {metrics['time_update_s']:.1f}, "
-                f"swap {metrics['time_swap_s']:.1f})"
+                f"swap {metrics['time_swap_s']:.1f}); "
+                + eta(step + 1 - first, s.steps - step - 1, time.monotonic() - started, s.time_budget_s)
             )
         await session.finish("succeeded")
 
@@ -181,3 +182,17 @@ class GRPO:
         await session.complete_step(batch.step, metrics, published)
         self.curve.append({"step": float(batch.step), **metrics})
         return published, metrics, following
+
+
+def eta(done: int, left: int, spent_s: float, budget_s: float | None) -> str:
+    """How long the rest of the run should take, from the mean step time so far (and the time budget).
+
+    >>> eta(4, 16, 40.0, None)
+    'ETA 160s'
+    >>> eta(4, 16, 40.0, 100.0)
+    'ETA 60s (time budget)'
+    """
+    rest = left * spent_s / max(done, 1)
+    if budget_s is not None and budget_s - spent_s < rest:
+        return f"ETA {max(budget_s - spent_s, 0):.0f}s (time budget)"
+    return f"ETA {rest:.0f}s"

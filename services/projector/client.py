@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.services.eventlog import EventLog
+from voltbus.services.progress import Meter
 from voltbus.services.settings import Settings
 
 from .sql import from_ipc, query, truncated_to
@@ -112,12 +112,15 @@ def interactive(settings: Settings, db: Path | None, say: Callable[[str], None])
 def export(settings: Settings, to: Path, db: Path | None, say: Callable[[str], None]) -> None:
     """Write every table as Parquet into ``to`` (from ``db``, or through the running projector)."""
     to.mkdir(parents=True, exist_ok=True)
-    listing = run_sql(settings, "SELECT table_name FROM information_schema.tables", db)
-    tables = listing.column("table_name").to_pylist()
-    for name in sorted(set(tables) - INTERNAL):
+    listing = run_sql(settings, "SELECT table_name, estimated_size FROM duckdb_tables()", db).to_pylist()
+    sizes = {row["table_name"]: row["estimated_size"] or 0 for row in listing if row["table_name"] not in INTERNAL}
+    meter = Meter("export", sum(sizes.values()), say, unit="rows")
+    for name in sorted(sizes):
         table = run_sql(settings, f'SELECT * FROM "{name}"', db)
         pyarrow.parquet.write_table(table, to / f"{name}.parquet")
         say(f"{name}: {table.num_rows} rows -> {to / (name + '.parquet')}")
+        meter.add(table.num_rows)
+    say(meter.summary(f"in {len(sizes)} tables -> {to}"))
 
 
 def parse_time(text: str) -> float:
@@ -148,26 +151,16 @@ async def rebuild(
         if from_seq:
             projector.positions["control"] = from_seq - 1
         ends = await ends_at(log_, to_seq, to_time)
-        total = sum(max(0, ends[s] - projector.positions[s]) for s in ends)
-        started = last_said = time.monotonic()
+        meter = Meter(label, sum(max(0, ends[s] - projector.positions[s]) for s in ends), say, unit="events")
 
         def progress(stream: str, position: int, end: int) -> None:
-            nonlocal last_said
-            if time.monotonic() - last_said >= 1.0:
-                last_said = time.monotonic()
-                rate = projector.applied / max(last_said - started, 1e-9)
-                eta = (total - projector.applied) / rate if rate else 0.0
-                say(f"{label}: {projector.applied:,}/{total:,} events, {rate:,.0f}/s, ETA {eta:,.0f}s")
+            meter.add(projector.applied - meter.done)
 
         say(f"{label}: control 1..{ends['control']} and spans 1..{ends['spans']} into {db}")
         await project(projector, log_, ends=ends, progress=progress, batch_size=settings.projector.batch_size)
-        took = max(time.monotonic() - started, 1e-9)
+        meter.done = projector.applied
         positions = dict(projector.positions)
-        rate = projector.applied / took
-        say(
-            f"rebuilt {db}: {projector.applied:,} events in {took:.1f}s ({rate:,.0f}/s); "
-            f"control seq {positions['control']}, spans seq {positions['spans']}"
-        )
+        say(meter.summary(f"rebuilt {db}; control seq {positions['control']}, spans seq {positions['spans']}"))
         return positions
     finally:
         projector.close()

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from voltbus.projections.blocks import SQL_DIR, parse
 from voltbus.schemas.errors import InvalidCommand
+from voltbus.services.progress import Meter
 from voltbus.services.settings import Settings
 
 from .client import run_sql
@@ -110,6 +111,7 @@ def export_training(
     )
     page = settings.projector.max_rows
     counts = {"rows": total, "written": 0, "no_token_ids": no_ids, "no_text": 0}
+    meter = Meter("export-training", total, say, unit="rows")
     to.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "parquet":
         writer = None
@@ -118,6 +120,7 @@ def export_training(
             writer = writer or pq.ParquetWriter(to, chunk.schema)
             writer.write_table(chunk)
             counts["written"] += chunk.num_rows
+            meter.add(chunk.num_rows)
         if writer is None:  # an empty selection still gets a file with the table's columns
             pq.write_table(run_sql(settings, f"{source} LIMIT 0", db, params), to)
         else:
@@ -130,6 +133,7 @@ def export_training(
                 rows = run_sql(
                     settings, TEXTS_SQL.format(selected=keyed), db, params | {"limit": page, "offset": offset}
                 )
+                meter.add(rows.num_rows)
                 for row in rows.to_pylist():
                     line = example(row["request"], row["response"])
                     if line is None:
@@ -138,7 +142,8 @@ def export_training(
                     out.write(json.dumps(line, ensure_ascii=False) + "\n")
                     counts["written"] += 1
     say(
-        f"export-training: {counts['written']:,} of {total:,} {table} rows -> {to} ({fmt}); "
+        f"export-training: {counts['written']:,} of {total:,} {table} rows -> {to} ({fmt}) "
+        f"in {meter.elapsed():.1f}s; "
         f"{no_ids:,} without token ids"
         + (" (flagged in the rows)" if fmt == "parquet" else "")
         + (f", {counts['no_text']:,} without usable request/response text (not written)" if fmt == "jsonl" else "")

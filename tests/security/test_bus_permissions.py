@@ -188,6 +188,7 @@ async def test_a_role_cannot_listen_to_the_log_or_to_another_role_s_replies(
 @pytest.mark.parametrize("who", ["wrong password", "no credentials", "another role's password"])
 async def test_bad_credentials_are_refused_at_connect(secured_server: NatsServer, auth_dir: Path, who: str) -> None:
     settings = role_settings(secured_server, auth_dir, "runner")
+    settings.connect_timeout_s = 0.5  # a refused client keeps retrying until this deadline
     if who == "wrong password":
         settings.password = "not-the-password"
     elif who == "no credentials":

@@ -1,0 +1,226 @@
+"""A small training system of real processes for fault tests: the embedded nats-server and every
+service as its own `voltbus <service>` subprocess, on loopback ports, each killable and restartable.
+
+Every process is started by the test (its own process group) and stopped by it; logs go to one
+file per service under the test's directory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from voltbus.services.natsserver import NatsServer
+from voltbus.services.serving import free_port
+from voltbus.services.settings import BusSettings, NatsSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+VOLTBUS = str(Path(sys.executable).parent / "voltbus")
+EXAMPLE = ROOT / "examples" / "arith_rl"
+
+
+@dataclass
+class Service:
+    """One service process: how to start it, and the current process."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    health: str | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def start(self) -> None:
+        """Start (or restart) the process in its own process group."""
+        with self.log.open("ab") as out:
+            out.write(f"--- start {self.starts + 1} at {time.time():.3f}\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(
+                self.argv, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.starts += 1
+
+    def kill(self) -> None:
+        """SIGKILL the process group: no cleanup, no goodbye."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, grace_s: float = 20.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``grace_s``; the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def healthy(self) -> bool:
+        """Its health URL answers 200 (True when it has none and is running)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        if self.health is None:
+            return True
+        try:
+            return httpx.get(self.health, timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class System:
+    """The bus plus the services, wired together."""
+
+    work: Path
+    namespace: str = "rel"
+    server: NatsServer | None = None
+    services: dict[str, Service] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    """Settings every process gets (VOLTBUS_*), the test's own clients included via ``nats``."""
+
+    def start_bus(self) -> NatsServer:
+        """The embedded nats-server on a free port, its store in ``work/nats`` (fsync always)."""
+        self.server = NatsServer(BusSettings(data_dir=self.work / "nats", port=0, monitor_port=0), 1024 * 1024)
+        return self.server.start()
+
+    @property
+    def nats(self) -> NatsSettings:
+        assert self.server is not None
+        return NatsSettings(url=self.server.url, namespace=self.namespace, request_timeout_s=2.0)
+
+    def base_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VOLTBUS_")}
+        return (
+            env
+            | {
+                "VOLTBUS_NATS__URL": self.nats.url,
+                "VOLTBUS_NATS__NAMESPACE": self.namespace,
+                "VOLTBUS_PROJECTOR__URL": f"http://127.0.0.1:{self.port('projector')}",
+                "VOLTBUS_LOG_LEVEL": "INFO",
+                "PYTHONUNBUFFERED": "1",
+            }
+            | self.extra_env
+        )
+
+    def port(self, name: str) -> int:
+        return self.ports.setdefault(name, free_port())
+
+    def add(self, name: str, args: list[str], env: dict[str, str] | None = None, health: str | None = None) -> Service:
+        service = Service(name, [VOLTBUS, *args], self.base_env() | (env or {}), self.work / f"{name}.log", health)
+        self.services[name] = service
+        return service
+
+    def start(self, name: str, deadline_s: float = 90.0) -> None:
+        """Start a service and wait until it is healthy (or fail with its last log lines)."""
+        service = self.services[name]
+        service.start()
+        deadline = time.monotonic() + deadline_s
+        while not service.healthy():
+            if service.proc is not None and service.proc.poll() is not None:
+                raise AssertionError(f"{name} exited with {service.proc.returncode}:\n{service.tail()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name} not healthy after {deadline_s}s:\n{service.tail()}")
+            time.sleep(0.1)  # polling another process's health endpoint, with a deadline
+
+    def stop(self) -> None:
+        """Stop every service (dependents first), then the bus."""
+        for service in reversed(list(self.services.values())):
+            service.stop()
+        if self.server is not None:
+            self.server.stop()
+
+
+def training_system(work: Path, run_id: str, steps: int, runners: int = 2) -> System:
+    """Coordinator, projector, CPU inference (following versions), gateway, runners and a learner of
+    the arith_rl example: a small GRPO run (``steps`` steps of 2 tasks x 3 rollouts)."""
+    s = System(work)
+    s.start_bus()
+    inference, gateway, projector = s.port("inference"), s.port("gateway"), s.port("projector")
+    s.add("coordinator", ["coordinator"], {"VOLTBUS_COORDINATOR__TICK_S": "0.2"})
+    s.add(
+        "projector",
+        ["projector", "--db", str(work / "projection.duckdb")],
+        {"VOLTBUS_PROJECTOR__PORT": str(projector)},
+        health=f"http://127.0.0.1:{projector}/health",
+    )
+    s.add(
+        "inference",
+        ["inference", "--model", str(EXAMPLE / "model"), "--follow-resources"],
+        {"VOLTBUS_INFERENCE__PORT": str(inference), "VOLTBUS_INFERENCE__SERVED_MODEL_NAME": "policy"},
+        health=f"http://127.0.0.1:{inference}/healthz",
+    )
+    s.add(
+        "gateway",
+        ["gateway", "--upstream", f"http://127.0.0.1:{inference}/v1"],
+        {"VOLTBUS_GATEWAY__PORT": str(gateway)},
+        health=f"http://127.0.0.1:{gateway}/healthz",
+    )
+    for i in range(1, runners + 1):
+        s.add(
+            f"runner{i}",
+            ["runner", "--agent", "examples/arith_rl/agent.py:arith_agent", "-n", "4"],
+            {"VOLTBUS_RUNNER__WORKER_PREFIX": f"r{i}", "VOLTBUS_RUNNER__HEARTBEAT_S": "0.5",
+             "VOLTBUS_RUNNER__CLAIM_WAIT_S": "0.2"},
+        )  # fmt: skip
+    s.add(
+        "learner",
+        ["learner", "--tasks", str(EXAMPLE / "tasks.jsonl"), "--model", str(EXAMPLE / "model"),
+         "--run-id", run_id, "--steps", str(steps)],
+        {
+            "VOLTBUS_LEARNER__GATEWAY_URL": f"http://127.0.0.1:{gateway}/v1",
+            "VOLTBUS_LEARNER__INFERENCE_URLS": f"http://127.0.0.1:{inference}",
+            "VOLTBUS_LEARNER__WEIGHTS_DIR": str(work / "weights"),
+            "VOLTBUS_LEARNER__TASKS_PER_STEP": "2",
+            "VOLTBUS_LEARNER__GROUP_SIZE": "3",
+            "VOLTBUS_LEARNER__ROLLOUT_TIMEOUT_S": "120",
+            "VOLTBUS_LEARNER__LR": "5e-4",
+        },
+    )  # fmt: skip
+    return s
+
+
+async def sql(system: System, text: str, min_seq: dict[str, int] | None = None) -> list[dict[str, object]]:
+    """Rows of a read-only query through the projector's /sql endpoint (after ``min_seq`` is applied)."""
+    import pyarrow as pa
+
+    body = {"sql": text, "min_seq": min_seq or {}, "timeout": 60}
+    async with httpx.AsyncClient() as http:
+        response = await http.post(f"http://127.0.0.1:{system.port('projector')}/sql", json=body, timeout=90)
+    assert response.status_code == 200, response.text
+    return pa.ipc.open_stream(response.content).read_all().to_pylist()
+
+
+def bus_system(work: Path, env: dict[str, str] | None = None) -> System:
+    """The bus with a coordinator, a projector and one runner of the echo agent (4 slots)."""
+    s = System(work, extra_env=env or {})
+    s.start_bus()
+    projector = s.port("projector")
+    s.add("coordinator", ["coordinator"], {"VOLTBUS_COORDINATOR__TICK_S": "0.2"})
+    s.add(
+        "projector",
+        ["projector", "--db", str(work / "projection.duckdb")],
+        {"VOLTBUS_PROJECTOR__PORT": str(projector)},
+        health=f"http://127.0.0.1:{projector}/health",
+    )
+    s.add(
+        "runner1",
+        ["runner", "--agent", "tests/reliability/agents.py:echo_agent", "-n", "4"],
+        {"VOLTBUS_RUNNER__WORKER_PREFIX": "r1", "VOLTBUS_RUNNER__HEARTBEAT_S": "0.5",
+         "VOLTBUS_RUNNER__CLAIM_WAIT_S": "0.2"},
+    )  # fmt: skip
+    return s

@@ -1,0 +1,178 @@
+"""kill -9 of a runner, the coordinator, the projector, the gateway, the learner and nats-server at
+random points of a real (small) GRPO run, each several times, every service a real subprocess.
+
+While the nemesis kills and restarts, a client queues rollouts of its own and records every outcome.
+Afterwards: every acknowledged event is in the log, no event and no transition is there twice, every
+rollout's history is a valid path that ends terminal, the learner completed each step exactly once
+(resuming after its kills), and the live projection equals a full replay of the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from voltbus.schemas.training import RunFinished, StepCompleted, StepStarted
+from voltbus.services.eventlog import Envelope, EventLog
+
+from . import checkers
+from .client import Client
+from .oplog import OpLog, count, read
+from .results import record, repeat
+from .system import System, training_system
+
+STEPS = 6
+VICTIMS = ["runner1", "coordinator", "projector", "gateway", "learner", "nats"]
+RUN = "rel.run.run-rel"
+SERVICES = ["coordinator", "projector", "inference", "gateway", "runner1", "runner2"]
+
+
+def restart(system: System, name: str) -> float:
+    """Start the killed process again (nats-server on the same port and store); seconds until healthy."""
+    began = time.monotonic()
+    if name == "nats":
+        assert system.server is not None
+        system.server.start()
+    elif name == "learner":
+        system.services[name].start()  # it has no health endpoint: it resumes its run from the log
+    else:
+        system.start(name)
+    return time.monotonic() - began
+
+
+def kill(system: System, name: str) -> bool:
+    """SIGKILL one process; False when there was nothing to kill (the learner already finished)."""
+    if name == "nats":
+        assert system.server is not None
+        system.server.kill()
+        return True
+    service = system.services[name]
+    if service.proc is None or service.proc.poll() is not None:
+        return False
+    service.kill()
+    return True
+
+
+async def nemesis(system: System, oplog: OpLog, rng: random.Random, kills_each: int) -> list[float]:
+    """Kill each victim ``kills_each`` times in a random order, at random instants; restart each."""
+    schedule = [v for v in VICTIMS for _ in range(kills_each)]
+    rng.shuffle(schedule)
+    recovered = []
+    for name in schedule:
+        await asyncio.sleep(rng.uniform(1.0, 4.0))  # the random instant of the fault, not a synchronization
+        with oplog.record("nemesis", "kill", victim=name) as op:
+            op.result = await asyncio.to_thread(kill, system, name)
+        if not op.result:
+            continue
+        with oplog.record("nemesis", "restart", victim=name) as op:
+            op.result = await asyncio.to_thread(restart, system, name)
+        recovered.append(op.result)
+    return recovered
+
+
+async def learner_finished(system: System, deadline_s: float) -> int:
+    """Wait for the learner's exit (restarting it if it died of a fault) and return its exit code."""
+    learner = system.services["learner"]
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        assert learner.proc is not None
+        code = learner.proc.poll()
+        if code == 0:
+            return 0
+        if code is not None:
+            raise AssertionError(f"learner exited with {code}:\n{learner.tail()}")
+        await asyncio.sleep(0.2)  # polling another process's exit, with a deadline
+    raise AssertionError(f"learner not finished after {deadline_s}s:\n{learner.tail()}")
+
+
+async def first_step_started(log: EventLog, deadline_s: float) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not any(isinstance(getattr(e, "event", None), StepStarted) for e in (await log.read_subject(RUN))[0]):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the learner began no step in {deadline_s}s")
+        await asyncio.sleep(0.2)  # noqa: ASYNC110 - another process's progress, read from the log
+
+
+async def all_terminal(log: EventLog, rollout_ids: list[str], deadline_s: float) -> None:
+    """Wait until every named rollout's history ends terminal (polling the log, with a deadline)."""
+    deadline = time.monotonic() + deadline_s
+    while checkers.not_terminal(await checkers.stored_control(log), rollout_ids):
+        if time.monotonic() > deadline:
+            return  # the checker reports them
+        await asyncio.sleep(0.5)  # noqa: ASYNC110 - another process's progress, read from the log
+
+
+async def projector_caught_up(system: System, log: EventLog, deadline_s: float = 60.0) -> None:
+    ends = {s: await log.feed(s).last_seq() for s in ("control", "spans")}
+    url = f"http://127.0.0.1:{system.port('projector')}/health"
+    deadline = time.monotonic() + deadline_s
+    async with httpx.AsyncClient() as http:
+        while time.monotonic() < deadline:
+            try:
+                if (await http.get(url, timeout=2)).json().get("positions") == ends:
+                    return
+            except (httpx.HTTPError, ValueError):
+                pass
+            await asyncio.sleep(0.1)  # polling another process's position, with a deadline
+    raise AssertionError(f"projector not at {ends} after {deadline_s}s")
+
+
+@pytest.mark.timeout(900)
+async def test_kill9_of_every_service_during_a_training_run(tmp_path: Path) -> None:
+    rng = random.Random(int(time.time()))
+    kills_each = repeat(2)
+    system = training_system(tmp_path, "run-rel", STEPS)
+    oplog = OpLog(tmp_path / "ops.jsonl")
+    try:
+        for name in SERVICES:
+            await asyncio.to_thread(system.start, name)
+        system.services["learner"].start()
+        log = await EventLog.connect(system.nats, name="reliability-client")
+        await first_step_started(log, 180)  # the first version is published: client rollouts can run
+        client, stop = Client(log, oplog), asyncio.Event()
+        writing = asyncio.create_task(client.run(stop))
+        recovered = await nemesis(system, oplog, rng, kills_each)
+        assert await learner_finished(system, 300) == 0
+        stop.set()
+        await writing
+        await client.settle()
+        assert not client.unknown, "an unknown outcome did not settle"
+        sent = [c.rollout_id for c in client.sent]
+        await all_terminal(log, sent, 120)
+        await projector_caught_up(system, log)
+        system.services["projector"].stop()
+        stored = await checkers.stored_control(log)
+        differences = await checkers.replay_differences(log, tmp_path / "projection.duckdb", tmp_path / "replay.db")
+        await log.close()
+    finally:
+        system.stop()
+    ops = read(tmp_path / "ops.jsonl")
+    lost, duplicated = checkers.lost(client.acked, stored), checkers.duplicated(stored)
+    invalid, open_ = checkers.invalid_paths(stored), checkers.not_terminal(stored)
+    record(
+        "kill -9 (runner, coordinator, projector, gateway, learner, nats-server)",
+        runs=1,
+        operations=len(ops),
+        lost=len(lost),
+        duplicated=len(duplicated),
+        recovered_s=max(recovered, default=None),
+        kills=count(ops, "ok", "restart"),
+        rollouts=len(checkers.histories(stored)),
+        invalid=len(invalid),
+        not_terminal=len(open_),
+    )
+    assert not lost and not duplicated, (lost, duplicated)
+    assert not invalid, invalid
+    assert not open_, f"{len(open_)} rollouts not terminal: {open_[:5]}"
+    assert not differences, differences
+    run = [e.event for e in stored if isinstance(e, Envelope) and e.subject.endswith(".run-rel")]
+    completed = [e.step for e in run if isinstance(e, StepCompleted)]
+    assert completed == list(range(STEPS)), completed
+    assert sorted({e.step for e in run if isinstance(e, StepStarted)}) == list(range(STEPS))
+    assert isinstance(run[-1], RunFinished) and run[-1].status == "succeeded"
+    assert count(ops, "ok", "restart") >= len(VICTIMS)

@@ -53,11 +53,14 @@ SpanCoreFields = SpanCore
 """Agent Lightning's name for the core fields of a span."""
 
 __all__ = [
+    "APO",
     "Attempt",
     "AttemptedRollout",
+    "Baseline",
     "DummyTracer",
     "EnqueueRolloutRequest",
     "FunctionalLitAgent",
+    "GRPO",
     "GenericResource",
     "LLM",
     "LitAgent",
@@ -73,6 +76,7 @@ __all__ = [
     "SpanCore",
     "SpanCoreFields",
     "Store",
+    "Trainer",
     "Triplet",
     "Worker",
     "clear_active_tracer",
@@ -97,3 +101,15 @@ __all__ = [
     "semconv",
     "set_active_tracer",
 ]
+
+_TRAINER_NAMES = {"APO", "Baseline", "GRPO", "Trainer"}
+
+
+def __getattr__(name: str) -> object:
+    """``agl.Trainer`` and its algorithms, as Agent Lightning exports them, imported on first use (the
+    trainer brings the services' settings and clients, which agent code alone never needs)."""
+    if name in _TRAINER_NAMES:
+        import voltbus.trainer
+
+        return getattr(voltbus.trainer, name)
+    raise AttributeError(f"module 'voltbus' has no attribute {name!r}")

@@ -20,8 +20,6 @@ import asyncio
 import datetime as dt
 import hashlib
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from nats.aio.client import Client
@@ -31,49 +29,12 @@ from nats.js.api import Header
 from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.subjects import Topology
 
+from ..progress import Meter, Say
+
 FORMAT = "voltbus-backup/1"
 MANIFEST = "manifest.json"
 CHUNK = 128 * 1024
 """Bytes per snapshot or restore chunk (below every server's max_payload)."""
-
-Say = Callable[[str], None]
-
-
-class Meter:
-    """Progress of a long transfer for people: bytes done, rate and ETA, at most one line a second
-    (the same line shape as ``voltbus replay``'s). With ``upper_bound`` the total is only a bound (a
-    snapshot is compressed as it is made): the line says so and the ETA is a most."""
-
-    def __init__(self, label: str, total: int, say: Say, upper_bound: bool = False, every: float = 1.0) -> None:
-        self.label, self.total, self.say, self.upper_bound, self.every = label, total, say, upper_bound, every
-        self.done = 0
-        self.started = self.last_said = time.monotonic()
-
-    def add(self, n: int) -> None:
-        """Count ``n`` more bytes; print a line if a second has passed since the last one."""
-        self.done += n
-        if time.monotonic() - self.last_said >= self.every:
-            self.last_said = time.monotonic()
-            self.say(self.line())
-
-    def line(self) -> str:
-        """The progress line as of now.
-
-        >>> m = Meter("restore", 4_000_000, print)
-        >>> m.done, m.started = 1_000_000, m.started - 2
-        >>> m.line()
-        'restore: 1.0/4.0 MB, 0.5 MB/s, ETA 6s'
-        """
-        rate = self.done / max(self.elapsed(), 1e-9)
-        eta = max(self.total - self.done, 0) / rate if rate else 0.0
-        done, total, speed = self.done / 1e6, self.total / 1e6, f"{rate / 1e6:,.1f} MB/s"
-        if self.upper_bound:
-            return f"{self.label}: {done:,.1f} MB written (of at most {total:,.1f}), {speed}, ETA <{eta:,.0f}s"
-        return f"{self.label}: {done:,.1f}/{total:,.1f} MB, {speed}, ETA {eta:,.0f}s"
-
-    def elapsed(self) -> float:
-        """Seconds since the transfer started."""
-        return time.monotonic() - self.started
 
 
 class BackupError(VoltbusError):
@@ -160,7 +121,7 @@ async def backup(nc: Client, topology: Topology, to: Path, say: Say, timeout: fl
     if not names:
         raise BackupError(f"namespace {topology.namespace!r} has no streams on this server")
     sizes = {n: int((await _api(nc, f"STREAM.INFO.{n}", None, timeout))["state"]["bytes"]) for n in names}  # type: ignore[index]
-    meter = Meter("backup", sum(sizes.values()), say, upper_bound=True)
+    meter = Meter("backup", sum(sizes.values()), say, unit="MB", scale=1e6, upper_bound=True)
     say(f"backup: {len(names)} streams ({', '.join(names)}), {meter.total / 1e6:,.1f} MB stored, into {to}")
     entries = [await snapshot_stream(nc, n, to / f"{n}.snap", meter, timeout) for n in names]
     manifest = {

@@ -19,7 +19,8 @@ from nats.aio.client import Client
 
 from voltbus.schemas.subjects import Topology
 
-from .backup import CHUNK, FORMAT, MANIFEST, BackupError, Meter, Say, _api, list_streams
+from ..progress import Meter, Say
+from .backup import CHUNK, FORMAT, MANIFEST, BackupError, _api, list_streams
 
 
 def read_manifest(source: Path) -> dict[str, object]:
@@ -139,7 +140,7 @@ async def restore(
         raise BackupError(f"refusing to restore over streams that hold messages: {held}; pass --force to replace them")
     for name in occupied:
         await _api(nc, f"STREAM.DELETE.{name}", None, timeout)
-    meter = Meter("restore", sum(int(e["bytes"]) for e in entries), say)  # type: ignore[call-overload]
+    meter = Meter("restore", sum(int(e["bytes"]) for e in entries), say, unit="MB", scale=1e6)  # type: ignore[call-overload]
     say(f"restore: {len(entries)} streams of namespace {topology.namespace!r} from {source}")
     for entry in entries:
         await restore_stream(nc, entry, source / str(entry["file"]), meter, timeout, replicas)

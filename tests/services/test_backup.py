@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -38,10 +38,10 @@ async def store(nats_settings: NatsSettings) -> AsyncIterator[Store]:
 
 
 @pytest.fixture
-def other_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
+def other_server(tmp_path: Path) -> Iterator[NatsServer]:
     """A second, fresh nats-server with its own store directory."""
     server = start_server(tmp_path / "other-store")
-    yield server  # type: ignore[misc]
+    yield server
     server.stop()
 
 

@@ -335,7 +335,8 @@ class LearnerSettings(BaseModel):
     weights_in_bus_mb: float = Field(default=256.0, ge=0)
     """Weights files up to this size are also stored in the bus's object store (``<ns>-weights``) and
     referenced there (``nats-obj://``), so inference servers on other machines can load them; larger
-    ones (and all, with 0) are referenced by their path under ``weights_dir``."""
+    ones (and all, with 0) are referenced by their path under ``weights_dir``. Checkpoints (weights,
+    optimizer state, config) up to this size go there too, so a learner resumes on any machine."""
     steps: int = Field(default=20, ge=1)
     """Learner steps of the run."""
     val_tasks: Path | None = None

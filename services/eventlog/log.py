@@ -95,9 +95,9 @@ class EventLog:
         """Store a weights file in the bus (``nats-obj://<ns>-weights/<name>``); returns its reference."""
         return await objects.put_file(self.js, self.weights_bucket, name, path, self.settings.replicas)
 
-    async def fetch_weights(self, uri: str, cache: Path, sha256: str) -> Path:
-        """A local, digest-checked copy of weights stored in the bus (fetched once per digest)."""
-        return await objects.fetch_file(self.js, uri, cache, sha256)
+    async def fetch_weights(self, uri: str, cache: Path, sha256: str, suffix: str = ".safetensors") -> Path:
+        """A local, digest-checked copy of weights (or a checkpoint) stored in the bus (fetched once per digest)."""
+        return await objects.fetch_file(self.js, uri, cache, sha256, suffix)
 
     async def ensure_streams(self) -> list[str]:
         """Create the streams if needed; refuse incompatible existing ones."""

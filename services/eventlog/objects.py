@@ -57,9 +57,9 @@ async def put_file(js: JetStreamContext, bucket: str, name: str, path: Path, rep
     return object_uri(bucket, name)
 
 
-async def fetch_file(js: JetStreamContext, uri: str, cache: Path, sha256: str) -> Path:
+async def fetch_file(js: JetStreamContext, uri: str, cache: Path, sha256: str, suffix: str = ".safetensors") -> Path:
     """A local copy of an object, kept in ``cache`` under its digest (fetched once); checked against it."""
-    target = cache / f"{sha256}.safetensors"
+    target = cache / f"{sha256}{suffix}"
     if target.is_file():
         return target
     bucket, name = parse_uri(uri)

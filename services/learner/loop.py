@@ -26,6 +26,7 @@ from voltbus.schemas.training import StepStarted
 from voltbus.services.settings import LearnerSettings
 from voltbus.store import EnqueueRolloutRequest
 
+from . import checkpoints
 from .batch import prepare, version_number
 from .grpo import group_advantages, update
 from .policy import Policy, initial_weights
@@ -104,7 +105,7 @@ class GRPO:
         history = await session.open(self.name, s.model_dump(mode="json"))
         first = history.next_step
         checkpoint = history.checkpoints.get(first - 1)
-        policy = Policy.load(s, Path(checkpoint.uri) if checkpoint else None)
+        policy = Policy.load(s, await checkpoints.local_copy(session, s, checkpoint) if checkpoint else None)
         if first > 0:
             resources_id = history.completed[first - 1].resources_id or ""
             say(f"resuming run {session.run_id} at step {first} with {resources_id}")
@@ -162,7 +163,7 @@ class GRPO:
         )  # fmt: skip
         updated = time.monotonic()
         weights, sha = await asyncio.to_thread(policy.save, session.run_id, batch.step)
-        await session.checkpoint(batch.step, str(weights.parent), sha)
+        await checkpoints.save(session, s, weights.parent, batch.step, sha)
         published = await self.publish(session, weights, sha)
         await self.served(published)
         rewards, adv = list(data.rewards.values()), list(advantages.values())

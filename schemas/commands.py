@@ -102,6 +102,8 @@ class FinishAttempt(Command, frozen=True, kw_only=True):
     """How it ended."""
     error: ErrorInfo | None = None
     """What went wrong, for a failure."""
+    worker_id: Id | msgspec.UnsetType = msgspec.UNSET
+    """The worker ending it; when set, only the worker holding the attempt may end it (self-declared)."""
     at: Timestamp
     """End time."""
 

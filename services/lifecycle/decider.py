@@ -205,6 +205,9 @@ def _stale_dispatch(state: RolloutState, dispatch_event_id: str | None) -> bool:
 
 
 def _finish(cmd: FinishAttempt, state: RolloutState, attempt: AttemptState) -> list[RolloutEvent]:
+    if cmd.worker_id is not msgspec.UNSET and attempt.worker_id not in (None, cmd.worker_id):
+        held = f"{cmd.attempt_id} (held by worker {attempt.worker_id!r}, not {cmd.worker_id!r})"
+        raise _illegal(state, cmd, held)
     if attempt.status == cmd.status:
         return []
     if attempt.status not in ACTIVE_ATTEMPT or is_terminal(state):  # a finished rollout records no more

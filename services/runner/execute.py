@@ -128,13 +128,16 @@ async def run_rollout(
             await store.expire_attempt(rid, aid, "timeout")  # the retry policy decides, as for the coordinator
             error = ErrorInfo(type="Timeout", message=f"the agent ran past {rollout.config.timeout_seconds}s")
         else:
-            error = await _finish(store, tracer, rid, aid, error)
+            error = await _finish(store, tracer, rollout, error)
     if raised is not None and (raise_errors or isinstance(raised, asyncio.CancelledError)):
         raise raised
     return error
 
 
-async def _finish(store: Store, tracer: LogTracer, rid: str, aid: str, error: ErrorInfo | None) -> ErrorInfo | None:
+async def _finish(
+    store: Store, tracer: LogTracer, rollout: AttemptedRollout, error: ErrorInfo | None
+) -> ErrorInfo | None:
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
     try:
         await tracer.flush(rid)
     except Exception as exc:  # never dropped silently: the attempt fails and says why
@@ -142,7 +145,7 @@ async def _finish(store: Store, tracer: LogTracer, rid: str, aid: str, error: Er
             type="SpansNotPublished", message=f"spans of this attempt could not be stored: {exc}"
         )
     try:
-        await store.finish_attempt(rid, aid, error)
+        await store.finish_attempt(rid, aid, error, worker_id=rollout.attempt.worker_id)
     except InvalidCommand as exc:  # it already ended: timed out, cancelled or expired by the coordinator
         log.warning("rollout_id=%s attempt_id=%s: result not recorded (%s)", rid, aid, exc)
     return error

@@ -104,6 +104,5 @@ async def run_isolated(
         raise
     if proc.returncode:
         with contextlib.suppress(InvalidCommand):  # the child may have ended the attempt before dying
-            await store.finish_attempt(
-                rid, aid, ErrorInfo(type="AgentProcessDied", message=_exit_reason(proc.returncode))
-            )
+            died = ErrorInfo(type="AgentProcessDied", message=_exit_reason(proc.returncode))
+            await store.finish_attempt(rid, aid, died, worker_id=rollout.attempt.worker_id)

@@ -288,13 +288,17 @@ class RolloutMethods(StoreBase):
         await self._sync_worker(attempt.worker_id if attempt else None, state)
         return state
 
-    async def finish_attempt(self, rollout_id: str, attempt_id: str, error: ErrorInfo | None = None) -> Attempt:
-        """voltbus addition: end an attempt, failed with ``error`` or succeeded when there is none."""
+    async def finish_attempt(
+        self, rollout_id: str, attempt_id: str, error: ErrorInfo | None = None, worker_id: str | None = None
+    ) -> Attempt:
+        """voltbus addition: end an attempt, failed with ``error`` or succeeded when there is none; with
+        ``worker_id``, refused (IllegalTransition) unless that worker holds the attempt."""
         cmd = FinishAttempt(
             rollout_id=rollout_id,
             attempt_id=attempt_id,
             status="failed" if error else "succeeded",
             error=error,
+            worker_id=UNSET if worker_id is None else worker_id,
             at=self.clock(),
         )
         state = await self._apply(rollout_id, cmd)

@@ -144,6 +144,8 @@ async def test_kill9_of_every_service_during_a_training_run(tmp_path: Path) -> N
         assert not client.unknown, "an unknown outcome did not settle"
         sent = [c.rollout_id for c in client.sent]
         await all_terminal(log, sent, 120)
+        for name in ("runner1", "runner2", "gateway", "inference", "coordinator"):  # the log stops growing
+            await asyncio.to_thread(system.services[name].stop)
         await projector_caught_up(system, log)
         system.services["projector"].stop()
         stored = await checkers.stored_control(log)

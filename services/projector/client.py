@@ -116,11 +116,25 @@ def export(settings: Settings, to: Path, db: Path | None, say: Callable[[str], N
     sizes = {row["table_name"]: row["estimated_size"] or 0 for row in listing if row["table_name"] not in INTERNAL}
     meter = Meter("export", sum(sizes.values()), say, unit="rows")
     for name in sorted(sizes):
-        table = run_sql(settings, f'SELECT * FROM "{name}"', db)
-        pyarrow.parquet.write_table(table, to / f"{name}.parquet")
-        say(f"{name}: {table.num_rows} rows -> {to / (name + '.parquet')}")
-        meter.add(table.num_rows)
+        rows = export_table(settings, name, to / f"{name}.parquet", db, meter)
+        say(f"{name}: {rows} rows -> {to / (name + '.parquet')}")
     say(meter.summary(f"in {len(sizes)} tables -> {to}"))
+
+
+def export_table(settings: Settings, name: str, path: Path, db: Path | None, meter: Meter) -> int:
+    """Write one table as Parquet, in pages of at most ``projector.max_rows`` rows (so a table larger
+    than one SQL answer may hold is exported whole); returns its row count."""
+    page, written, writer = settings.projector.max_rows, 0, None
+    while True:
+        chunk = run_sql(settings, f'SELECT * FROM "{name}" ORDER BY ALL LIMIT {page} OFFSET {written}', db)
+        if writer is None:
+            writer = pyarrow.parquet.ParquetWriter(path, chunk.schema)
+        writer.write_table(chunk)
+        written += chunk.num_rows
+        meter.add(chunk.num_rows)
+        if chunk.num_rows < page:
+            writer.close()
+            return written
 
 
 def parse_time(text: str) -> float:

@@ -65,6 +65,14 @@ async def test_sql_export_and_replay_on_a_live_system(
         assert exported.returncode == 0, exported.stderr
         assert pq.read_table(tmp_path / "parquet" / "rollouts.parquet").num_rows == 6
         assert not (tmp_path / "parquet" / "rollout_states.parquet").exists()
+        paged = await cli("export", "--to", str(tmp_path / "paged"), env=env | {"VOLTBUS_PROJECTOR__MAX_ROWS": "4"})
+        assert paged.returncode == 0, paged.stderr  # pages of 4 rows: a table larger than one answer, whole
+        ids = [
+            sorted(pq.read_table(d / "rollouts.parquet").column("rollout_id").to_pylist())
+            for d in (tmp_path / "paged", tmp_path / "parquet")
+        ]
+        assert ids[0] == ids[1] and len(ids[0]) == 6
+        assert "export: " in paged.stdout and " rows in " in paged.stdout
         replayed = await cli("replay", "--db", str(tmp_path / "new.duckdb"), env=env)
         assert replayed.returncode == 0, replayed.stderr
         assert "rebuilt" in replayed.stdout and f"control seq {ends['control']}" in replayed.stdout

@@ -103,11 +103,12 @@ def not_terminal(stored: Stored, rollout_ids: Iterable[str] | None = None) -> li
     """Rollouts (all, or those named) whose history does not end in a terminal state."""
     found = histories(stored)
     wanted = found.keys() if rollout_ids is None else rollout_ids
-    ends = {rid: _fold(found.get(rid, [])) for rid in wanted}
+    ends = {rid: fold(found.get(rid, [])) for rid in wanted}
     return sorted(rid for rid, state in ends.items() if not decider.is_terminal(state))
 
 
-def _fold(events: Sequence[Any]) -> Any:
+def fold(events: Sequence[Any]) -> Any:
+    """The state a rollout's events fold into."""
     state = decider.initial_state()
     for event in events:
         state = decider.evolve(state, event)

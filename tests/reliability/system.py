@@ -91,6 +91,8 @@ class System:
     services: dict[str, Service] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
+    url: str | None = None
+    """Where clients connect, when not straight to the server (a proxy the test can cut)."""
     """Settings every process gets (VOLTBUS_*), the test's own clients included via ``nats``."""
 
     def start_bus(self) -> NatsServer:
@@ -101,7 +103,7 @@ class System:
     @property
     def nats(self) -> NatsSettings:
         assert self.server is not None
-        return NatsSettings(url=self.server.url, namespace=self.namespace, request_timeout_s=2.0)
+        return NatsSettings(url=self.url or self.server.url, namespace=self.namespace, request_timeout_s=2.0)
 
     def base_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("VOLTBUS_")}
@@ -205,9 +207,10 @@ async def sql(system: System, text: str, min_seq: dict[str, int] | None = None) 
     return pa.ipc.open_stream(response.content).read_all().to_pylist()
 
 
-def bus_system(work: Path, env: dict[str, str] | None = None) -> System:
-    """The bus with a coordinator, a projector and one runner of the echo agent (4 slots)."""
-    s = System(work, extra_env=env or {})
+def bus_system(work: Path, env: dict[str, str] | None = None, url: str | None = None) -> System:
+    """The bus with a coordinator, a projector and one runner of the echo agent (4 slots); the services
+    connect to ``url`` when given (a proxy in front of the server), else to the server."""
+    s = System(work, extra_env=env or {}, url=url)
     s.start_bus()
     projector = s.port("projector")
     s.add("coordinator", ["coordinator"], {"VOLTBUS_COORDINATOR__TICK_S": "0.2"})

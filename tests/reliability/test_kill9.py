@@ -19,6 +19,7 @@ import pytest
 
 from voltbus.schemas.training import RunFinished, StepCompleted, StepStarted
 from voltbus.services.eventlog import Envelope, EventLog
+from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 
 from . import checkers
 from .client import Client
@@ -58,14 +59,29 @@ def kill(system: System, name: str) -> bool:
     return True
 
 
-async def nemesis(system: System, oplog: OpLog, rng: random.Random, kills_each: int) -> list[float]:
-    """Kill each victim ``kills_each`` times in a random order, at random instants; restart each."""
+async def holding(log: EventLog, prefix: str, deadline_s: float = 15.0) -> bool:
+    """Wait until a runner (workers ``prefix*``) holds an attempt of a learner rollout in progress."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for rid, events in checkers.histories(await checkers.stored_control(log)).items():
+            latest = checkers.fold(events).latest
+            if not rid.startswith("client-") and latest is not None and latest.status in ACTIVE_ATTEMPT:
+                if (latest.worker_id or "").startswith(prefix):
+                    return True
+        await asyncio.sleep(0.05)  # noqa: ASYNC110 - other processes' progress, read from the log
+    return False
+
+
+async def nemesis(system: System, log: EventLog, oplog: OpLog, rng: random.Random, kills_each: int) -> list[float]:
+    """Kill each victim ``kills_each`` times in a random order, at random instants (a runner while it
+    holds a learner rollout's attempt, when that happens within 15 s); restart each."""
     schedule = [v for v in VICTIMS for _ in range(kills_each)]
     rng.shuffle(schedule)
     recovered = []
     for name in schedule:
         await asyncio.sleep(rng.uniform(1.0, 4.0))  # the random instant of the fault, not a synchronization
-        with oplog.record("nemesis", "kill", victim=name) as op:
+        busy = await holding(log, "r1-") if name == "runner1" else None
+        with oplog.record("nemesis", "kill", victim=name, mid_attempt=busy) as op:
             op.result = await asyncio.to_thread(kill, system, name)
         if not op.result:
             continue
@@ -136,7 +152,7 @@ async def test_kill9_of_every_service_during_a_training_run(tmp_path: Path) -> N
         await first_step_started(log, 180)  # the first version is published: client rollouts can run
         client, stop = Client(log, oplog), asyncio.Event()
         writing = asyncio.create_task(client.run(stop))
-        recovered = await nemesis(system, oplog, rng, kills_each)
+        recovered = await nemesis(system, log, oplog, rng, kills_each)
         assert await learner_finished(system, 300) == 0
         stop.set()
         await writing

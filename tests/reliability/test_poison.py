@@ -121,4 +121,4 @@ async def test_poison_is_parked_with_its_reason_and_blocks_no_consumer(tmp_path:
     assert status["poison-illegal"][0] == "cancelled"  # the illegal event changed nothing
     illegal = checkers.invalid_paths(stored)
     assert list(illegal) == ["poison-illegal"] and "AttemptSucceeded is not a transition" in illegal["poison-illegal"]
-    assert decider.is_terminal(checkers._fold(checkers.histories(stored)["poison-illegal"]))
+    assert decider.is_terminal(checkers.fold(checkers.histories(stored)["poison-illegal"]))

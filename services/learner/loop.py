@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from voltbus.model import weights_sha256
 from voltbus.schemas.resources import ProxyLLM, WeightsRef
 from voltbus.schemas.training import StepStarted
 from voltbus.services.settings import LearnerSettings
@@ -29,8 +30,8 @@ from voltbus.store import EnqueueRolloutRequest
 from . import checkpoints
 from .batch import prepare, version_number
 from .grpo import group_advantages, update
-from .policy import Policy, initial_weights
-from .session import LearnerError, Session
+from .policy import WEIGHTS, Policy, initial_weights
+from .session import History, LearnerError, Session
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,8 @@ class GRPO:
         if not tasks:
             raise LearnerError("the training dataset is empty")
         history = await session.open(self.name, s.model_dump(mode="json"))
+        if history.next_step in history.checkpoints:
+            history = await self.record_saved_step(session, history)
         first = history.next_step
         checkpoint = history.checkpoints.get(first - 1)
         policy = Policy.load(s, await checkpoints.local_copy(session, s, checkpoint) if checkpoint else None)
@@ -135,6 +138,18 @@ class GRPO:
                 + eta(step + 1 - first, s.steps - step - 1, time.monotonic() - started, s.time_budget_s)
             )
         await session.finish("succeeded")
+
+    async def record_saved_step(self, session: Session, history: History) -> History:
+        """A learner killed after saving a step's update but before recording the step: publish the
+        saved weights (the version already published if it names them) and record the step, instead of
+        training it again from older weights (its rows would then be stale against a newer version)."""
+        step = history.next_step
+        weights = await checkpoints.local_copy(session, self.settings, history.checkpoints[step]) / WEIGHTS
+        resources_id = await self.publish(session, weights, await asyncio.to_thread(weights_sha256, weights))
+        await self.served(resources_id)
+        await session.complete_step(step, {"recovered_from_checkpoint": 1.0}, resources_id)
+        log.warning("learner: step %d was saved but not recorded; recorded it with %s", step, resources_id)
+        return await session.history()
 
     async def step(
         self,

@@ -2,8 +2,10 @@
 
 The file is interpolated the way compose does it (``${VAR:-default}`` from the environment), then
 each service is translated for one machine: service hostnames and ``0.0.0.0`` become ``127.0.0.1``,
-a named volume's mount point becomes ``<data dir>/<volume>``, ``voltbus`` is this Python's CLI, and
-the health check's URL is what readiness polls. Ports are the same inside and outside containers.
+a named volume's mount point becomes ``<data dir>/<volume>`` (a bind mount's, its host path),
+``env_file`` entries are read (relative to the compose file; ``environment`` wins over them), ``voltbus``
+is this Python's CLI, and the health check's URL is what readiness polls. Ports are the same inside and
+outside containers.
 """
 
 from __future__ import annotations
@@ -19,9 +21,13 @@ import yaml
 
 from voltbus.schemas.errors import VoltbusError
 
+from .settings import NatsSettings
+
 _VAR = re.compile(r"\$\{(\w+)(?:(:?-)([^}]*))?\}")
 _URL = re.compile(r"https?://[^'\"\s]+")
 VOLTBUS = [sys.executable, "-c", "from voltbus.cli import main; main()"]
+AUTH_MOUNT = "/etc/nats/auth"
+"""Where the nats service mounts the ``voltbus nats auth init`` directory (its config includes ``auth/auth.conf``)."""
 
 
 class ComposeError(VoltbusError):
@@ -96,11 +102,45 @@ def _host_port(spec: str) -> int:
     return int(parts[-2] if len(parts) >= 2 else parts[0])
 
 
-def _service(name: str, raw: dict[str, Any], names: list[str], data_dir: Path) -> Service:
+def read_env_file(path: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """``KEY=VALUE`` lines of an env file (comments, blank lines and surrounding quotes dropped), interpolated."""
+    pairs = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.strip().removeprefix("export ").partition("=")
+        if sep and key and not key.startswith("#"):
+            value = value.strip()
+            quoted = len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""
+            pairs[key.strip()] = value[1:-1] if quoted else interpolate(value, env)
+    return pairs
+
+
+def env_files(name: str, raw: dict[str, Any], base: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of a service's ``env_file`` entries (a path, a list of paths or of ``{path, required}``)."""
+    entries = raw.get("env_file") or []
+    merged: dict[str, str] = {}
+    for entry in [entries] if isinstance(entries, str) else entries:
+        spec = entry if isinstance(entry, dict) else {"path": entry}
+        path = base / str(spec["path"])
+        if path.is_file():
+            merged |= read_env_file(path, env)
+        elif spec.get("required", True):
+            raise ComposeError(f"service {name}: env_file {path} not found")
+    return merged
+
+
+def _mount(source: str, base: Path, data_dir: Path) -> Path:
+    """The local directory of a volume: a bind mount's host path, or a named volume under ``data_dir``."""
+    if source.startswith(("/", ".", "~")):
+        return (base / Path(source).expanduser()).resolve()
+    return data_dir / source
+
+
+def _service(name: str, raw: dict[str, Any], names: list[str], data_dir: Path, base: Path,
+             env: Mapping[str, str]) -> Service:  # fmt: skip
     volumes = {}
     for v in raw.get("volumes", []):
         source, target = str(v).split(":")[:2]
-        volumes[target] = data_dir / source
+        volumes[target] = _mount(source, base, data_dir)
     command = [str(a) for a in raw.get("command", [])]
     argv = VOLTBUS + command[1:] if command[:1] == ["voltbus"] else command
     test = " ".join(str(t) for t in (raw.get("healthcheck") or {}).get("test", []))
@@ -109,7 +149,8 @@ def _service(name: str, raw: dict[str, Any], names: list[str], data_dir: Path) -
     return Service(
         name=name,
         argv=[localize(a, names, volumes) for a in argv],
-        env={str(k): localize(str(v), names, volumes) for k, v in (raw.get("environment") or {}).items()},
+        env=env_files(name, raw, base, env)
+        | {str(k): localize(str(v), names, volumes) for k, v in (raw.get("environment") or {}).items()},
         replicas=int((raw.get("deploy") or {}).get("replicas", 1)),
         depends_on=list(deps),
         health_url=localize(url.group(0), names, volumes) if url else None,
@@ -121,9 +162,18 @@ def _service(name: str, raw: dict[str, Any], names: list[str], data_dir: Path) -
 
 def load_topology(path: Path, env: Mapping[str, str], data_dir: Path) -> dict[str, Service]:
     """Every service of the compose file at ``path``, localized, in the file's order."""
-    services = read_compose(path, env)["services"]
+    services, base = read_compose(path, env)["services"], path.resolve().parent
     names = list(services)
-    return {name: _service(name, raw or {}, names, data_dir) for name, raw in services.items()}
+    return {name: _service(name, raw or {}, names, data_dir, base, env) for name, raw in services.items()}
+
+
+def namespace_of(doc: dict[str, Any]) -> str:
+    """The bus namespace the compose document's services use (``VOLTBUS_NATS__NAMESPACE``, default ``vb``)."""
+    for raw in doc["services"].values():
+        found = ((raw or {}).get("environment") or {}).get("VOLTBUS_NATS__NAMESPACE")
+        if found:
+            return str(found)
+    return NatsSettings().namespace
 
 
 def start_order(services: dict[str, Service]) -> list[str]:

@@ -5,29 +5,38 @@ The ``nats`` service is the embedded nats-server; every other service runs its c
 service is started once what it depends on is ready (bus up, or its health URL answering 200), within
 a deadline. Ctrl-C or SIGTERM stops everything (SIGTERM to each group, SIGKILL after a grace period);
 a service that dies is reported with its exit code and last lines, and the rest are stopped.
+
+The bus requires a user per role: ``prepare_auth`` generates ``<data dir>/auth`` on the first start (or
+uses ``VB_AUTH_DIR``), the compose file gives each service its role's env file, and the embedded server
+includes the ``auth.conf`` mounted at the nats service's ``AUTH_MOUNT``.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import httpx
 
 from voltbus.schemas.errors import BusStartFailed, VoltbusError
+from voltbus.schemas.subjects import Topology
 
-from .compose import Service, start_order
+from .compose import AUTH_MOUNT, Service, namespace_of, read_compose, start_order
+from .natsauth import init_auth
 from .natsserver import NatsServer
 from .settings import BusSettings
 
 _COLORS = [36, 33, 35, 32, 34, 91, 96, 93, 95, 92]
+_REFUSED = re.compile(r"Violation|authentication error")
+"""What nats-server logs when it refuses a permission or a login."""
 
 
 class ServiceFailed(VoltbusError):
@@ -91,7 +100,9 @@ class Up:
 
     def _start_bus(self, service: Service, deadline_s: float) -> str:
         port, monitor = (service.host_ports + [4222, 8222])[:2]
-        bus = BusSettings(data_dir=next(iter(service.volumes.values()), self.data_dir / "nats"), port=port)
+        stores = [path for target, path in service.volumes.items() if target != AUTH_MOUNT]
+        auth = service.volumes.get(AUTH_MOUNT)
+        bus = BusSettings(data_dir=next(iter(stores), self.data_dir / "nats"), port=port, auth_dir=auth)
         self.bus = NatsServer(bus.model_copy(update={"monitor_port": monitor}), 4 * 1024 * 1024)
         try:
             self.bus.start(timeout=deadline_s)
@@ -171,6 +182,9 @@ class Up:
             child.proc.wait()
         if self.bus:
             self.bus.stop(timeout=grace_s)
+            refused = [line.split("] ", 1)[-1] for line in self.bus.tail if _REFUSED.search(line)]
+            if refused:  # a role missing a permission its job needs, or a client without the right user
+                self.say(f"up: the bus refused operations ({len(refused)} in its log tail); the last: {refused[-1]}")
 
 
 def select(services: dict[str, Service], names: list[str] | None, profiles: list[str]) -> dict[str, Service]:
@@ -213,6 +227,9 @@ def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: 
     try:
         up.start(deadline_s)
         say(summary(up, time.monotonic() - began))
+        if up.bus and up.bus.bus.auth_dir:
+            admin = up.bus.bus.auth_dir / "admin.env"
+            say(f"up: the bus requires a user; for voltbus check/streams/replay/backup: set -a; . {admin}; set +a")
         code = up.supervise(keep_going, exit_from)
     except ServiceFailed as exc:
         code = 0 if up.stopping.is_set() else 1
@@ -228,6 +245,20 @@ def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: 
         curve = "SELECT step, round((metrics->>'reward_mean')::DOUBLE, 2) AS reward FROM steps ORDER BY step"
         say(f'up: the projection stays in {db}; the reward curve: voltbus sql --db {db} "{curve}"')
     return code
+
+
+def prepare_auth(file: Path, env: Mapping[str, str], data_dir: Path, say: Callable[[str], None],
+                 rounds: int = 11) -> dict[str, str]:  # fmt: skip
+    """The environment the compose file is read with: ``VB_AUTH_DIR`` (default ``<data_dir>/auth``) holds the
+    bus users, generated for the file's namespace (bcrypt cost ``rounds``) when it has no ``auth.conf`` yet."""
+    env = dict(env)
+    env["VB_AUTH_DIR"] = env.get("VB_AUTH_DIR") or str(data_dir / "auth")
+    auth_dir = file.resolve().parent / env["VB_AUTH_DIR"]
+    if not (auth_dir / "auth.conf").is_file():
+        namespace = namespace_of(read_compose(file, env))
+        init_auth(auth_dir, Topology(namespace=namespace), rounds)
+        say(f"up: generated a bus user per role for namespace {namespace!r} in {auth_dir} (docs/security.md)")
+    return env
 
 
 def projection_file(services: dict[str, Service]) -> str | None:

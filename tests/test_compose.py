@@ -18,18 +18,39 @@ import typer.main
 from pydantic import BaseModel
 
 from voltbus.cli import app
-from voltbus.services.compose import VOLTBUS, interpolate, load_topology, read_compose, start_order
+from voltbus.schemas.subjects import Topology
+from voltbus.services.compose import (
+    AUTH_MOUNT,
+    VOLTBUS,
+    ComposeError,
+    interpolate,
+    load_topology,
+    read_compose,
+    read_env_file,
+    start_order,
+)
+from voltbus.services.natsauth import ROLES, init_auth
 from voltbus.services.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 CORE = ["nats", "coordinator", "projector", "dashboard", "inference", "gateway", "runner", "learner"]
 GPU = ["vllm", "learner-verl"]
+ROLE_OF = {name: name for name in CORE[1:]} | {"learner-verl": "learner"}
+"""The bus user (docs/security.md) each voltbus service runs as."""
 
 
 @pytest.fixture(scope="module")
 def doc() -> dict[str, Any]:
     return read_compose(COMPOSE, {})  # every ${VB_...} at its documented default
+
+
+@pytest.fixture(scope="module")
+def auth_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Bus users made by the real generator (cheap bcrypt: only the files' shape matters here)."""
+    out = tmp_path_factory.mktemp("auth")
+    init_auth(out, Topology(namespace="vb"), rounds=4)
+    return out
 
 
 def services(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -107,8 +128,8 @@ def test_dependencies_wait_for_health(doc: dict[str, Any]) -> None:
 
 
 def test_volumes_are_declared_and_used(doc: dict[str, Any]) -> None:
-    used = {str(v).split(":")[0] for s in services(doc).values() for v in s.get("volumes", [])}
-    assert used == set(doc["volumes"])
+    sources = {str(v).split(":")[0] for s in services(doc).values() for v in s.get("volumes", [])}
+    assert {v for v in sources if not v.startswith((".", "/"))} == set(doc["volumes"])
     assert services(doc)["projector"]["volumes"] == ["projector-data:/data"]
     assert "/data/projection.duckdb" in services(doc)["projector"]["command"]
     assert services(doc)["learner"]["environment"]["VOLTBUS_LEARNER__WEIGHTS_DIR"].startswith("/data/")
@@ -173,8 +194,45 @@ def test_dockerfile_builds_from_the_repository() -> None:
     assert not {"voltbus", "services", "schemas", "projections", "examples"} & set(ignored)
 
 
-def test_topology_is_localized_for_voltbus_up(tmp_path: Path) -> None:
-    env = {"VB_PROJECTOR_PORT": "9999"}
+def test_the_bus_includes_the_generated_users_and_each_service_gets_its_role(doc: dict[str, Any]) -> None:
+    nats = services(doc)["nats"]
+    assert f"./auth:{AUTH_MOUNT}:ro" in nats["volumes"]
+    conf = doc["configs"]["nats_conf"]["content"]
+    assert 'include "auth/auth.conf"' in conf and nats["configs"][0]["target"] == "/etc/nats/voltbus.conf"
+    for name, role in ROLE_OF.items():
+        assert services(doc)[name]["env_file"] == f"./auth/{role}.env", name
+    assert set(ROLE_OF.values()) == set(ROLES) - {"admin"}  # every role has its service; admin is the operator's
+    assert "env_file" not in services(doc)["vllm"]
+
+
+def test_voltbus_up_reads_each_service_s_env_file(auth_dir: Path, tmp_path: Path) -> None:
+    topo = load_topology(COMPOSE, {"VB_AUTH_DIR": str(auth_dir)}, tmp_path)
+    assert topo["nats"].volumes[AUTH_MOUNT] == auth_dir.resolve()
+    for name, role in ROLE_OF.items():
+        creds = read_env_file(auth_dir / f"{role}.env", {})
+        assert topo[name].env["VOLTBUS_NATS__USER"] == role, name
+        assert topo[name].env["VOLTBUS_NATS__PASSWORD"] == creds["VOLTBUS_NATS__PASSWORD"], name
+        assert topo[name].env["VOLTBUS_NATS__NAMESPACE"] == "vb"  # environment entries still apply
+    assert "VOLTBUS_NATS__USER" not in topo["vllm"].env
+
+
+def test_a_missing_env_file_names_the_service_and_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ComposeError, match=r"service coordinator: env_file .*/nowhere/coordinator.env not found"):
+        load_topology(COMPOSE, {"VB_AUTH_DIR": str(tmp_path / "nowhere")}, tmp_path)
+
+
+def test_env_file_syntax(tmp_path: Path) -> None:
+    text = "# comment\n\nA=1\nexport B='x y'\nC=\"q\"\nD=${HOME_X:-h}\nE\n F = f \n"
+    (tmp_path / "x.env").write_text(text)
+    assert read_env_file(tmp_path / "x.env", {}) == {"A": "1", "B": "x y", "C": "q", "D": "h", "F": "f"}
+    compose = tmp_path / "compose.yml"
+    compose.write_text("services:\n  a:\n    env_file: [x.env, {path: y.env, required: false}]\n"
+                       "    environment: {A: '2'}\n")  # fmt: skip
+    assert load_topology(compose, {}, tmp_path)["a"].env == {"A": "2", "B": "x y", "C": "q", "D": "h", "F": "f"}
+
+
+def test_topology_is_localized_for_voltbus_up(auth_dir: Path, tmp_path: Path) -> None:
+    env = {"VB_PROJECTOR_PORT": "9999", "VB_AUTH_DIR": str(auth_dir)}
     topo = load_topology(COMPOSE, env, tmp_path)
     assert start_order({n: s for n, s in topo.items() if not s.profiles}) == [
         "nats", "coordinator", "projector", "dashboard", "inference", "gateway", "runner", "learner"

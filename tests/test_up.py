@@ -182,6 +182,7 @@ def test_the_main_command_trains_and_ends_with_the_learner(tmp_path: Path) -> No
     assert out.returncode == 0, text[-4000:]
     assert "up: 8 services (8 processes) ready" in text
     assert "learner exited with code 0; stopping the rest" in text
+    assert "up: the bus requires a user" in text and "up: the bus refused" not in text  # every role had enough
     [summary] = [line for line in text.splitlines() if "run main-1 finished: 2 steps" in line]
     assert "sampled reward" in summary and "validation 0." in summary, summary
     db = tmp_path / "up/projector-data/projection.duckdb"

@@ -1,0 +1,69 @@
+"""``voltbus up`` runs an authenticated bus: it generates a user per role on the first start, each
+service connects as its own role, and a client without a user is refused (real processes, real server).
+
+The whole topology's training run with these users is ``tests/test_up.py``'s main-command test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+from tests.test_up import ROOT, VOLTBUS, UpProcess
+from voltbus.services.compose import read_env_file
+from voltbus.services.natsauth import ROLES
+from voltbus.services.up import prepare_auth
+
+COMPOSE = ROOT / "docker-compose.yml"
+
+
+def streams(port: int, creds: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``voltbus streams`` against the bus ``up`` started, as a user would run it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VOLTBUS_", "VB_"))}
+    env |= {"VOLTBUS_NATS__URL": f"nats://127.0.0.1:{port}", "VOLTBUS_NATS__CONNECT_TIMEOUT_S": "3"} | creds
+    return subprocess.run(VOLTBUS + ["streams"], env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.timeout(90)
+def test_up_generates_users_and_the_bus_requires_them(tmp_path: Path) -> None:
+    ports = {"nats": free_port(), "nats_monitor": free_port(), "projector": free_port()}
+    up = UpProcess(tmp_path, "nats,coordinator,projector", **ports)
+    auth = tmp_path / "up/auth"
+    assert str(auth) in up.wait_for("up: generated a bus user per role")
+    up.wait_for("up: 3 services")
+    hint = up.wait_for("up: the bus requires a user")
+    assert f". {auth / 'admin.env'}" in hint
+    assert {p.name for p in auth.iterdir()} == {"auth.conf"} | {f"{role}.env" for role in ROLES}
+    assert all(p.stat().st_mode & 0o077 == 0 for p in auth.iterdir())
+    conf = (tmp_path / "up/nats-data/nats-server.conf").read_text()
+    assert 'include "../auth/auth.conf"' in conf
+    refused = streams(ports["nats"], {})
+    assert refused.returncode == 1 and "Authorization Violation" in refused.stderr, refused.stderr
+    admin = streams(ports["nats"], read_env_file(auth / "admin.env", {}))
+    assert admin.returncode == 0 and "VB_CTRL" in admin.stdout, admin.stderr  # the coordinator created it
+    up.proc.send_signal(signal.SIGINT)
+    code, text = up.finish()
+    assert code == 0, text
+    [line] = [line for line in text.splitlines() if "up: the bus refused operations" in line]
+    assert "authentication error" in line  # the `voltbus streams` without a user
+
+
+def test_prepare_auth_generates_once_for_the_compose_namespace(tmp_path: Path) -> None:
+    said: list[str] = []
+    env = prepare_auth(COMPOSE, {"VB_NAMESPACE": "team1"}, tmp_path, said.append, rounds=4)
+    assert env["VB_AUTH_DIR"] == str(tmp_path / "auth") and env["VB_NAMESPACE"] == "team1"
+    assert "namespace 'team1'" in (tmp_path / "auth/auth.conf").read_text()
+    first = (tmp_path / "auth/runner.env").read_text()
+    prepare_auth(COMPOSE, {"VB_NAMESPACE": "team1"}, tmp_path, said.append, rounds=4)
+    assert (tmp_path / "auth/runner.env").read_text() == first and len(said) == 1  # reused, not regenerated
+    copy = tmp_path / "project/docker-compose.yml"
+    copy.parent.mkdir()
+    copy.write_text(COMPOSE.read_text())
+    env = prepare_auth(copy, {"VB_AUTH_DIR": "./mine"}, tmp_path, said.append, rounds=4)
+    assert env["VB_AUTH_DIR"] == "./mine" and (copy.parent / "mine/auth.conf").is_file()  # as compose resolves it
+    assert "namespace 'vb'" in said[-1]

@@ -361,6 +361,11 @@ class LearnerSettings(BaseModel):
     (with the previous version: staleness 1) while the learner trains."""
     rollout_timeout_s: float = Field(default=600.0, gt=0)
     """Longest wait for one step's batch to finish."""
+    attempt_unresponsive_s: float | None = Field(default=60.0, gt=0)
+    """A batch rollout's attempt silent this long (no heartbeat or span: its runner died) is ended by the
+    coordinator and the rollout retried; None: never (a dead runner's rollouts then hold the step)."""
+    max_attempts: int = Field(default=3, ge=1)
+    """Attempts per batch rollout, the first included (retried after an unresponsive or timed-out one)."""
     time_budget_s: float | None = Field(default=None, gt=0)
     """Stop after the step that ends past this many seconds of training (the run still ends
     ``succeeded``, with fewer steps, and says so); None: run every step."""

@@ -23,6 +23,7 @@ import httpx
 
 from voltbus.model import weights_sha256
 from voltbus.schemas.resources import ProxyLLM, WeightsRef
+from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.schemas.training import StepStarted
 from voltbus.services.settings import LearnerSettings
 from voltbus.store import EnqueueRolloutRequest
@@ -55,9 +56,18 @@ class GRPO:
         s = self.settings
         rng = random.Random(f"{s.seed}:{step}")
         chosen = rng.sample(list(tasks), s.tasks_per_step) if len(tasks) >= s.tasks_per_step else list(tasks)
+        retries = RolloutConfig(
+            unresponsive_seconds=s.attempt_unresponsive_s,
+            max_attempts=s.max_attempts,
+            retry_condition=["unresponsive", "timeout"],
+        )  # a runner killed mid-rollout must not hold the step until rollout_timeout_s
         return [
             EnqueueRolloutRequest(
-                input=task, mode="train", resources_id=resources_id, metadata={"task_id": f"{run_id}:{step}:{i}"}
+                input=task,
+                mode="train",
+                resources_id=resources_id,
+                config=retries,
+                metadata={"task_id": f"{run_id}:{step}:{i}"},
             )
             for i, task in enumerate(chosen)
             for _ in range(s.group_size)

@@ -250,12 +250,16 @@ def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: 
 def prepare_auth(file: Path, env: Mapping[str, str], data_dir: Path, say: Callable[[str], None],
                  rounds: int = 11) -> dict[str, str]:  # fmt: skip
     """The environment the compose file is read with: ``VB_AUTH_DIR`` (default ``<data_dir>/auth``) holds the
-    bus users, generated for the file's namespace (bcrypt cost ``rounds``) when it has no ``auth.conf`` yet."""
+    bus users, generated for the file's namespace (bcrypt cost ``rounds``) when it has no ``auth.conf`` yet
+    and a service mounts it at ``AUTH_MOUNT`` (a compose file without bus users gets none)."""
     env = dict(env)
     env["VB_AUTH_DIR"] = env.get("VB_AUTH_DIR") or str(data_dir / "auth")
     auth_dir = file.resolve().parent / env["VB_AUTH_DIR"]
-    if not (auth_dir / "auth.conf").is_file():
-        namespace = namespace_of(read_compose(file, env))
+    doc = read_compose(file, env)
+    volumes = [str(v) for raw in doc["services"].values() for v in (raw or {}).get("volumes", [])]
+    targets = [target for v in volumes for target in v.split(":")[1:2]]
+    if AUTH_MOUNT in targets and not (auth_dir / "auth.conf").is_file():
+        namespace = namespace_of(doc)
         init_auth(auth_dir, Topology(namespace=namespace), rounds)
         say(f"up: generated a bus user per role for namespace {namespace!r} in {auth_dir} (docs/security.md)")
     return env

@@ -67,3 +67,7 @@ def test_prepare_auth_generates_once_for_the_compose_namespace(tmp_path: Path) -
     env = prepare_auth(copy, {"VB_AUTH_DIR": "./mine"}, tmp_path, said.append, rounds=4)
     assert env["VB_AUTH_DIR"] == "./mine" and (copy.parent / "mine/auth.conf").is_file()  # as compose resolves it
     assert "namespace 'vb'" in said[-1]
+    bare = tmp_path / "bare.yml"  # a compose file whose bus mounts no users: up generates none
+    bare.write_text("services:\n  nats:\n    volumes: [nats-data:/data]\n")
+    prepare_auth(bare, {}, tmp_path / "bare", said.append, rounds=4)
+    assert not (tmp_path / "bare/auth").exists() and len(said) == 2

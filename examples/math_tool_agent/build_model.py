@@ -16,6 +16,7 @@ import argparse
 import importlib.util
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -58,7 +59,7 @@ def transcript(rng: random.Random) -> list[Segment]:
     return [prompt, (f"calc({expression})\n", True), (f"={value}\n", False), (f"A:{value}</s>", True)]
 
 
-def build(out: Path, steps: int, seed: int = 0, say=print) -> Path:
+def build(out: Path, steps: int, seed: int = 0, say: Callable[[str], None] = print) -> Path:
     """Warm-start a fresh model for ``steps`` steps and write it to ``out``."""
     tok = build_tokenizer()
     model = build_tiny_model(seed)

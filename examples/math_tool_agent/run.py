@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--tasks-per-step", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--weights-dir", type=Path, default=None, help="keep each step's weights here")
     parser.add_argument("--val", type=int, default=100, help="validation problems (scored before and after)")
     args = parser.parse_args(argv)
     agent = load_agent()
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         tasks_per_step=args.tasks_per_step,
         group_size=args.group_size,
         lr=args.lr,
+        **({"weights_dir": args.weights_dir} if args.weights_dir else {}),
     )
     started = time.monotonic()
     trainer = Trainer(algorithm=algo, n_runners=64, settings=settings())

@@ -19,3 +19,14 @@ async def echo_agent(task: dict[str, Any], resources: dict[str, Any]) -> float:
         raise AgentCrashed(f"task {task.get('id')} asked the agent to throw")
     await asyncio.sleep(float(task.get("sleep", 0.0)))
     return 1.0
+
+
+@agl.rollout
+async def slow_arith_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    """The arith_rl example's agent, one second slower: a rollout long enough for a kill to land in it."""
+    from openai import AsyncOpenAI
+
+    await asyncio.sleep(1.0)
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "none", max_retries=5)
+    reply = await client.completions.create(model=llm.model, prompt=f"{task['a']}+{task['b']}=", max_tokens=4)
+    return 1.0 if reply.choices[0].text.strip() == str(task["a"] + task["b"]) else 0.0

@@ -175,7 +175,7 @@ def training_system(work: Path, run_id: str, steps: int, runners: int = 2) -> Sy
     for i in range(1, runners + 1):
         s.add(
             f"runner{i}",
-            ["runner", "--agent", "examples/arith_rl/agent.py:arith_agent", "-n", "4"],
+            ["runner", "--agent", "tests/reliability/agents.py:slow_arith_agent", "-n", "4"],
             {"VOLTBUS_RUNNER__WORKER_PREFIX": f"r{i}", "VOLTBUS_RUNNER__HEARTBEAT_S": "0.5",
              "VOLTBUS_RUNNER__CLAIM_WAIT_S": "0.2"},
         )  # fmt: skip
@@ -191,6 +191,7 @@ def training_system(work: Path, run_id: str, steps: int, runners: int = 2) -> Sy
             "VOLTBUS_LEARNER__GROUP_SIZE": "3",
             "VOLTBUS_LEARNER__ROLLOUT_TIMEOUT_S": "120",
             "VOLTBUS_LEARNER__LR": "5e-4",
+            "VOLTBUS_LEARNER__ATTEMPT_UNRESPONSIVE_S": "3",
         },
     )  # fmt: skip
     return s

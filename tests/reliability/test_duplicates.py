@@ -92,7 +92,7 @@ async def test_client_timeouts_settle_to_one_transition_each(
     patient = NatsSettings(url=nats_server.url, namespace=namespace)
     log = await EventLog.connect(patient)  # creates the streams
     hasty = EventLog(
-        await connect(patient), patient.model_copy(update={"request_timeout_s": 0.0005, "publish_retries": 2})
+        await connect(patient), patient.model_copy(update={"request_timeout_s": 0.0001, "publish_retries": 0})
     )
     for i in range(N):  # appends whose ack often arrives after the client stopped waiting
         events = decider.decide(queue_command("amb", i), decider.initial_state())

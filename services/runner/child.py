@@ -1,4 +1,6 @@
-"""The process an isolated rollout runs in: reads its job on stdin, runs the rollout, exits."""
+"""The process an isolated rollout runs in: reads its job on stdin, runs the rollout, exits.
+
+It never connects to the bus: its store is a ``PipeStore`` that sends each write to the runner."""
 
 from __future__ import annotations
 
@@ -11,23 +13,22 @@ from voltbus.agent.instrument import instrument_openai
 from voltbus.agent.otel import LogTracer
 from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
 from voltbus.services.log import configure_logging
-from voltbus.services.settings import NatsSettings
-from voltbus.store import connect
 
 from .execute import run_rollout
 from .isolate import ChildJob
 from .loader import load_agent
+from .pipe import PipeStore
 
 
 async def main(job: ChildJob) -> None:
-    """Run the job's rollout with this process's own connection and tracer."""
+    """Run the job's rollout with a tracer whose spans go to the runner through the pipe."""
     agent = load_agent(job.agent)
-    store = await connect(settings=NatsSettings.model_validate(job.nats), name="voltbus-isolated")
+    store = PipeStore(job.requests_fd, job.replies_fd, job.limits)
     tracer = LogTracer(store)
     set_active_tracer(tracer)
     instrument_openai(tracer)
     try:
-        await run_rollout(store, tracer, agent, job.rollout, key=job.key)
+        await run_rollout(store, tracer, agent, job.rollout, key=job.key, resources=job.resources)  # type: ignore[arg-type]
     finally:
         clear_active_tracer()
         tracer.shutdown()

@@ -93,9 +93,11 @@ async def run_rollout(
     runner: Any = None,
     raise_errors: bool = False,
     key: str | None = None,
+    resources: dict[str, Any] | None = None,
 ) -> ErrorInfo | None:
     """Run one attempt end to end and end it; return the recorded error, if any. ``key`` is the agent key
-    its ProxyLLM resources carry (the rollout's own, with per-rollout keys)."""
+    its ProxyLLM resources carry (the rollout's own, with per-rollout keys); ``resources``, when given,
+    are used instead of reading the rollout's from the store (an isolated child gets them resolved)."""
     rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
     error: ErrorInfo | None = None
     spans: list[Any] = []
@@ -103,7 +105,7 @@ async def run_rollout(
     timed_out = False
     limit: asyncio.Timeout | None = None
     try:
-        resources = with_key(await resources_for(store, rollout), key)
+        resources = with_key(resources if resources is not None else await resources_for(store, rollout), key)
         await store.update_attempt(rid, aid, status="running")
         await fire(hooks, "on_rollout_start", agent=agent, runner=runner, rollout=rollout)
         with tracer.attempt(rid, aid):

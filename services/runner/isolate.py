@@ -1,8 +1,13 @@
 """``--isolate``: each rollout in its own process group, killed whole when the rollout's timeout passes.
 
-The child runs the rollout exactly as an in-process slot would (its own connection and tracer);
-the parent only watches it: a kill at the timeout expires the attempt as ``timeout`` (so the retry
-policy applies), and a child that dies without ending its attempt fails it with the exit status.
+The child gets no bus credentials and no bus connection: its environment has no ``VOLTBUS_*``
+variable, and its job (on stdin) holds the agent, the rollout, its resources (resolved here) and two
+pipe descriptors. It runs the rollout as an in-process slot would, with a tracer whose store is a
+``PipeStore``: every write goes to this runner as a request frame, which ``PipeServer`` carries out
+for the child's own attempt only (see ``pipe.py``). The agent's stdout and stdin stay its own.
+The runner's heartbeat thread keeps beating for the attempt while the child runs; a kill at the
+timeout expires the attempt as ``timeout`` (so the retry policy applies), and a child that dies
+without ending its attempt fails it with the exit status.
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ from collections.abc import Mapping
 import msgspec
 
 from voltbus.schemas.errors import InvalidCommand
+from voltbus.schemas.resources import Resource
 from voltbus.schemas.rollouts import ErrorInfo
-from voltbus.services.settings import NatsSettings
 from voltbus.store import AttemptedRollout, Store
+
+from .execute import MissingResources, error_info, resources_for, with_key
+from .pipe import PipeServer, SpanLimits
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +37,14 @@ class ChildJob(msgspec.Struct, kw_only=True):
     """What the child process needs, sent on its stdin."""
 
     agent: str
-    nats: dict[str, object]
     rollout: AttemptedRollout
+    resources: dict[str, Resource]
+    """The rollout's resources, resolved by the runner (ProxyLLMs carry the agent key)."""
+    requests_fd: int
+    """The pipe the child writes its store requests to."""
+    replies_fd: int
+    """The pipe the runner answers on."""
+    limits: SpanLimits
     key: str | None = None
     """The agent key its ProxyLLM resources carry."""
 
@@ -71,24 +85,52 @@ def agl_environment(gateway_url: str, rollout: AttemptedRollout, key: str | None
 
 
 async def run_isolated(
-    store: Store,
-    nats: NatsSettings,
-    agent: str,
-    rollout: AttemptedRollout,
-    env: dict[str, str] | None = None,
-    key: str | None = None,
+    store: Store, agent: str, rollout: AttemptedRollout, env: dict[str, str] | None = None, key: str | None = None
 ) -> None:
     """Run one rollout in a child process (with ``env`` added); kill its process group at the rollout's timeout."""
-    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
-    job = msgspec.json.encode(ChildJob(agent=agent, nats=nats.model_dump(mode="json"), rollout=rollout, key=key))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "voltbus.services.runner.child",
-        stdin=asyncio.subprocess.PIPE,
-        start_new_session=True,
-        env=child_environment(os.environ, env),
+    rid, aid, worker = rollout.rollout_id, rollout.attempt.attempt_id, rollout.attempt.worker_id
+    try:
+        resources = with_key(await resources_for(store, rollout), key)
+    except MissingResources as exc:
+        with contextlib.suppress(InvalidCommand):
+            await store.finish_attempt(rid, aid, error_info(exc), worker_id=worker)
+        return
+    requests_r, requests_w = os.pipe()
+    replies_r, replies_w = os.pipe()
+    limits = SpanLimits(
+        span_value_max_bytes=store.settings.span_value_max_bytes, span_max_bytes=store.settings.span_max_bytes
     )
+    job = ChildJob(
+        agent=agent, rollout=rollout, resources=resources, requests_fd=requests_w, replies_fd=replies_r,
+        limits=limits, key=key,
+    )  # fmt: skip
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "voltbus.services.runner.child",
+            stdin=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            env=child_environment(os.environ, env),
+            pass_fds=(requests_w, replies_r),
+        )
+    except BaseException:
+        for fd in (requests_r, requests_w, replies_r, replies_w):
+            os.close(fd)
+        raise
+    os.close(requests_w)
+    os.close(replies_r)
+    serving = asyncio.create_task(PipeServer(store, rollout, requests_r, replies_w).serve())
+    try:
+        await _watch(store, proc, rollout, msgspec.json.encode(job))
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+
+
+async def _watch(store: Store, proc: asyncio.subprocess.Process, rollout: AttemptedRollout, job: bytes) -> None:
+    """Wait for the child; kill its group at the timeout (expired as ``timeout``); fail a dead child's attempt."""
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
     try:
         await asyncio.wait_for(proc.communicate(job), timeout=rollout.config.timeout_seconds)
     except TimeoutError:

@@ -1,0 +1,286 @@
+"""The isolated agent process's only way to the log: request frames to its runner over a pipe.
+
+The child holds no bus credentials and no connection. Its ``PipeStore`` offers the few store calls a
+rollout makes (start and end its attempt, reserve span sequence ids, publish spans); each becomes a
+length-prefixed msgpack frame on one pipe, answered on another. The runner's ``PipeServer`` carries
+them out on its own store, and only for the child's own rollout and attempt: anything else is
+refused, logged, and nothing is appended. An agent can thus write to its own attempt only, which it
+can already do through the gateway's event route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import threading
+from typing import Any
+
+import msgspec
+
+from voltbus.schemas.errors import InvalidCommand, VoltbusError
+from voltbus.schemas.rollouts import ErrorInfo
+from voltbus.schemas.spans import RewardReported, SpanRecorded
+from voltbus.store import AttemptedRollout, Span, Store
+
+log = logging.getLogger(__name__)
+
+MAX_FRAME = 64 * 1024 * 1024
+"""The largest frame either side accepts (bytes)."""
+MAX_SEQUENCE_BATCH = 100_000
+"""The most span sequence ids one request may reserve."""
+
+
+class UpdateAttempt(msgspec.Struct, kw_only=True, tag="update_attempt", tag_field="op"):
+    rollout_id: str
+    attempt_id: str
+    status: str
+
+
+class FinishAttempt(msgspec.Struct, kw_only=True, tag="finish_attempt", tag_field="op"):
+    rollout_id: str
+    attempt_id: str
+    error: ErrorInfo | None = None
+
+
+class ExpireAttempt(msgspec.Struct, kw_only=True, tag="expire_attempt", tag_field="op"):
+    rollout_id: str
+    attempt_id: str
+    status: str
+
+
+class NextSequence(msgspec.Struct, kw_only=True, tag="next_sequence", tag_field="op"):
+    rollout_id: str
+    count: int = 1
+
+
+class SequenceIds(msgspec.Struct, kw_only=True, tag="sequence_ids", tag_field="op"):
+    pairs: list[tuple[str, str]]
+
+
+class PublishSpans(msgspec.Struct, kw_only=True, tag="publish_spans", tag_field="op"):
+    events: list[SpanRecorded | RewardReported]
+
+
+class AddSpans(msgspec.Struct, kw_only=True, tag="add_spans", tag_field="op"):
+    spans: list[Span]
+
+
+Request = UpdateAttempt | FinishAttempt | ExpireAttempt | NextSequence | SequenceIds | PublishSpans | AddSpans
+
+
+class Call(msgspec.Struct, kw_only=True):
+    """One request frame."""
+
+    id: int
+    request: Request
+
+
+class Reply(msgspec.Struct, kw_only=True):
+    """One reply frame: ``value``, or ``error`` with its ``kind`` (refused, invalid or failed)."""
+
+    id: int
+    value: Any = None
+    error: str | None = None
+    kind: str = ""
+
+
+class SpanLimits(msgspec.Struct, kw_only=True):
+    """The span sizes the runner's settings allow (what ``events_of`` clips to)."""
+
+    span_value_max_bytes: int
+    span_max_bytes: int
+
+
+class NotYourAttempt(VoltbusError):
+    """The runner refused a request about another rollout or attempt than the child's own."""
+
+
+class CommandRefused(InvalidCommand):
+    """The runner's store refused the command (e.g. the attempt already ended)."""
+
+
+class RequestFailed(VoltbusError):
+    """The runner could not carry out the request, or the pipe broke."""
+
+
+_ERRORS: dict[str, type[VoltbusError]] = {"refused": NotYourAttempt, "invalid": CommandRefused}
+
+
+def frame(payload: bytes) -> bytes:
+    """``payload`` with its 4-byte big-endian length in front.
+
+    >>> frame(b"ab")
+    b'\\x00\\x00\\x00\\x02ab'
+    """
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, left)
+        if not chunk:
+            raise RequestFailed("the runner closed the pipe")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+class PipeStore:
+    """The child's store: the calls a rollout makes, sent to the runner (also its own ``log``)."""
+
+    def __init__(self, requests_fd: int, replies_fd: int, limits: SpanLimits) -> None:
+        self.requests_fd, self.replies_fd, self.settings = requests_fd, replies_fd, limits
+        self.log = self
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def call_blocking(self, request: Request) -> Any:
+        """Send one request and wait for its reply; raise what the runner reported."""
+        with self._lock:
+            os.write(self.requests_fd, frame(msgspec.msgpack.encode(Call(id=next(self._ids), request=request))))
+            size = int.from_bytes(_read_exactly(self.replies_fd, 4), "big")
+            if size > MAX_FRAME:
+                raise RequestFailed(f"a reply of {size} bytes")
+            reply = msgspec.msgpack.decode(_read_exactly(self.replies_fd, size), type=Reply)
+        if reply.error is not None:
+            raise _ERRORS.get(reply.kind, RequestFailed)(reply.error)
+        return reply.value
+
+    async def call(self, request: Request) -> Any:
+        return await asyncio.to_thread(self.call_blocking, request)
+
+    async def update_attempt(self, rollout_id: str, attempt_id: str, status: str) -> None:
+        await self.call(UpdateAttempt(rollout_id=rollout_id, attempt_id=attempt_id, status=status))
+
+    async def finish_attempt(
+        self, rollout_id: str, attempt_id: str, error: ErrorInfo | None = None, worker_id: str | None = None
+    ) -> None:
+        """End the attempt (the runner names the worker itself)."""
+        await self.call(FinishAttempt(rollout_id=rollout_id, attempt_id=attempt_id, error=error))
+
+    async def expire_attempt(self, rollout_id: str, attempt_id: str, status: str) -> None:
+        await self.call(ExpireAttempt(rollout_id=rollout_id, attempt_id=attempt_id, status=status))
+
+    async def next_sequence(self, rollout_id: str, count: int = 1) -> int:
+        return int(await self.call(NextSequence(rollout_id=rollout_id, count=count)))
+
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: list[tuple[str, str]]) -> list[int]:
+        return [int(i) for i in await self.call(SequenceIds(pairs=list(rollout_attempt_ids)))]
+
+    async def publish_spans(self, events: list[SpanRecorded | RewardReported]) -> None:
+        await self.call(PublishSpans(events=list(events)))
+
+    async def add_many_spans(self, spans: list[Span]) -> list[Span]:
+        await self.call(AddSpans(spans=list(spans)))
+        return list(spans)
+
+    async def close(self) -> None:
+        os.close(self.requests_fd)
+        os.close(self.replies_fd)
+
+
+def _touched(request: Request) -> list[tuple[str, str | None]]:
+    """The (rollout, attempt) pairs a request acts on; None: the rollout only."""
+    if isinstance(request, UpdateAttempt | FinishAttempt | ExpireAttempt):
+        return [(request.rollout_id, request.attempt_id)]
+    if isinstance(request, NextSequence):
+        return [(request.rollout_id, None)]
+    if isinstance(request, SequenceIds):
+        return list(request.pairs)
+    items = request.events if isinstance(request, PublishSpans) else request.spans
+    return [(item.rollout_id, item.attempt_id) for item in items]
+
+
+class PipeServer:
+    """The runner's side: carries out one child's requests on ``store``, for its own attempt only."""
+
+    def __init__(self, store: Store, rollout: AttemptedRollout, requests_fd: int, replies_fd: int) -> None:
+        self.store, self.rollout = store, rollout
+        self.requests_fd, self.replies_fd = requests_fd, replies_fd
+        self.refused = 0
+
+    def refusal(self, request: Request) -> str | None:
+        """Why the request is refused, or None when it concerns the child's own attempt only."""
+        rid, aid = self.rollout.rollout_id, self.rollout.attempt.attempt_id
+        for r, a in _touched(request):
+            if r != rid or a not in (aid, None):
+                return (
+                    f"{type(request).__name__} for rollout {r!r} attempt {a!r}: the agent may only write to {rid}/{aid}"
+                )
+        if isinstance(request, NextSequence) and not 1 <= request.count <= MAX_SEQUENCE_BATCH:
+            return f"NextSequence of {request.count} ids"
+        return None
+
+    async def perform(self, request: Request) -> Any:
+        """Carry out an allowed request on the runner's store."""
+        store, rid, aid = self.store, self.rollout.rollout_id, self.rollout.attempt.attempt_id
+        if isinstance(request, UpdateAttempt):
+            await store.update_attempt(rid, aid, status=request.status)
+        elif isinstance(request, FinishAttempt):
+            await store.finish_attempt(rid, aid, request.error, worker_id=self.rollout.attempt.worker_id)
+        elif isinstance(request, ExpireAttempt):
+            await store.expire_attempt(rid, aid, request.status)
+        elif isinstance(request, NextSequence):
+            return await store.log.next_sequence(rid, request.count)
+        elif isinstance(request, SequenceIds):
+            return await store.get_many_span_sequence_ids(request.pairs)
+        elif isinstance(request, PublishSpans):
+            await store.log.publish_spans(request.events)
+        else:
+            await store.add_many_spans(request.spans)
+        return None
+
+    async def answer(self, body: bytes) -> Reply:
+        """The reply to one request frame."""
+        rid, aid = self.rollout.rollout_id, self.rollout.attempt.attempt_id
+        try:
+            call = msgspec.msgpack.decode(body, type=Call)
+        except msgspec.DecodeError as exc:
+            call, problem = None, f"not a request: {exc}"
+        else:
+            problem = self.refusal(call.request)
+        if call is None or problem is not None:
+            self.refused += 1
+            log.warning("rollout_id=%s attempt_id=%s: refused the agent process's request: %s", rid, aid, problem)
+            return Reply(id=call.id if call else 0, error=f"refused: {problem}", kind="refused")
+        try:
+            return Reply(id=call.id, value=await self.perform(call.request))
+        except InvalidCommand as exc:
+            return Reply(id=call.id, error=f"{type(exc).__name__}: {exc}", kind="invalid")
+        except Exception as exc:
+            log.warning("rollout_id=%s attempt_id=%s: agent request failed: %s: %s", rid, aid, type(exc).__name__, exc)
+            return Reply(id=call.id, error=f"{type(exc).__name__}: {exc}", kind="failed")
+
+    async def serve(self) -> None:
+        """Answer requests until the child closes its end (or breaks the protocol)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_FRAME)
+        read_t, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(self.requests_fd, "rb", buffering=0)
+        )
+        write_t, write_p = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(self.replies_fd, "wb", buffering=0)
+        )
+        writer = asyncio.StreamWriter(write_t, write_p, None, loop)
+        try:
+            while (body := await self._next(reader)) is not None:
+                writer.write(frame(msgspec.msgpack.encode(await self.answer(body))))
+                await writer.drain()  # a child that stops reading stalls only this task
+        except (ConnectionError, BrokenPipeError):
+            return
+        finally:
+            read_t.close()
+            write_t.close()
+
+    async def _next(self, reader: asyncio.StreamReader) -> bytes | None:
+        try:
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            if size > MAX_FRAME:
+                log.warning("rollout_id=%s: a request frame of %d bytes; pipe closed", self.rollout.rollout_id, size)
+                return None
+            return await reader.readexactly(size)
+        except asyncio.IncompleteReadError:
+            return None

@@ -6,9 +6,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from voltbus.services.eventlog import EventLog
+from voltbus.services.eventlog import BadEvent, Envelope, EventLog
 
 from .projector import STREAMS, Projector
+from .rewind import Divergence, Guard
 
 log = logging.getLogger(__name__)
 
@@ -50,17 +51,32 @@ async def project(
         end = ends[stream] if ends is not None else None
         if end is not None and projector.positions[stream] >= end:
             return
-        feed = await log_.feed(stream).open(projector.positions[stream] + 1)  # type: ignore[arg-type]
+        guard = Guard(log_, projector, stream)
+        feed = await log_.feed(stream).open(projector.positions[stream] + 1)
+        held: list[Envelope | BadEvent] = []
         try:
-            while not (stop and stop.is_set()):
-                items = await feed.batch(batch_size, max_wait, to_seq=end)
+            while not (stop and stop.is_set()) and stream not in projector.diverged:
+                if end is not None and projector.positions[stream] >= end:
+                    return
+                items, held = held or await feed.batch(batch_size, max_wait, to_seq=end), []
+                if guard.due(feed):  # after a restart: before applying what the new server sent
+                    urgent, found = guard.urgent(feed), await guard.verify(feed)
+                    if found is False and urgent:
+                        held = items  # the bus is away: compare before applying anything
+                        await asyncio.sleep(max_wait)
+                        continue
+                    if isinstance(found, Divergence):
+                        async with lock:
+                            await guard.react(found)
+                        await feed.close()  # go on after the checkpoint, dropping what was taken
+                        feed = await log_.feed(stream).open(projector.positions[stream] + 1)
+                        guard.seen = (feed.subscriptions, guard.seen[1])
+                        continue
                 if items:
                     async with lock:  # one writer connection: batches of the two streams take turns
                         await asyncio.to_thread(projector.apply, stream, items)
                     if progress:
                         progress(stream, projector.positions[stream], end or 0)
-                if end is not None and projector.positions[stream] >= end:
-                    return
         finally:
             await feed.close()
 

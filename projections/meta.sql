@@ -1,5 +1,5 @@
 -- name: schema
--- Projector bookkeeping: stream positions, undecodable events, code/schema version, detected gaps.
+-- Projector bookkeeping: stream positions, undecodable events, code/schema version, detected gaps and divergences.
 CREATE TABLE IF NOT EXISTS checkpoints (
     stream VARCHAR PRIMARY KEY,
     seq BIGINT NOT NULL,
@@ -17,6 +17,15 @@ CREATE TABLE IF NOT EXISTS gaps (
     after_seq BIGINT NOT NULL,
     next_seq BIGINT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS divergences (
+    stream VARCHAR NOT NULL,
+    applied_to BIGINT NOT NULL,
+    good_to BIGINT NOT NULL,
+    log_end BIGINT NOT NULL,
+    reason VARCHAR NOT NULL,
+    action VARCHAR NOT NULL,
+    detected_at DOUBLE NOT NULL
+);
 CREATE TABLE IF NOT EXISTS projection_meta (
     key VARCHAR PRIMARY KEY,
     value VARCHAR NOT NULL
@@ -33,3 +42,16 @@ INSERT INTO gaps BY NAME SELECT * FROM batch;
 -- name: checkpoint
 -- Move a stream's position, in the same transaction as the rows it covers.
 INSERT OR REPLACE INTO checkpoints VALUES ($stream, $seq, $updated_at);
+
+-- name: divergence
+-- Record that the projection applied messages the log no longer holds, and what was done about it.
+INSERT INTO divergences BY NAME SELECT * FROM batch;
+
+-- name: rewind_spans
+-- Take back every spans-stream row above a sequence (the attempts' activity and training rows are redone).
+DELETE FROM spans WHERE seq > (SELECT seq FROM batch);
+DELETE FROM model_calls WHERE seq > (SELECT seq FROM batch);
+DELETE FROM rewards WHERE seq > (SELECT seq FROM batch);
+DELETE FROM attempt_activity WHERE last_seq > (SELECT seq FROM batch);
+DELETE FROM quarantine WHERE stream = 'spans' AND seq > (SELECT seq FROM batch);
+DELETE FROM gaps WHERE stream = 'spans' AND next_seq > (SELECT seq FROM batch);

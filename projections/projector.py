@@ -68,6 +68,10 @@ class Projector:
         self.schemas, self.blocks = blocks.load()
         self.states: dict[str, RolloutState] = {}
         self.positions = dict.fromkeys(STREAMS, 0)
+        self.stamps = dict.fromkeys(STREAMS, 0.0)
+        """Stored time of the message at each checkpoint (to tell it from another one at that sequence)."""
+        self.diverged: dict[str, str] = {}
+        """Streams no longer applied, with why: the log no longer holds what was applied (see rewind.py)."""
         self.applied = 0
         prepare_file(self.path)
         self.con = duckdb.connect(str(self.path))
@@ -80,8 +84,8 @@ class Projector:
     def _load(self) -> None:
         """Positions and folded rollout states as the last committed transaction left them."""
         self.positions = dict.fromkeys(STREAMS, 0)
-        for stream, seq in self.con.execute("SELECT stream, seq FROM checkpoints").fetchall():
-            self.positions[stream] = seq
+        for stream, seq, stamp in self.con.execute("SELECT stream, seq, updated_at FROM checkpoints").fetchall():
+            self.positions[stream], self.stamps[stream] = seq, stamp
         rows = self.con.execute("SELECT rollout_id, state FROM rollout_states").fetchall()
         self.states = {rid: _state_decoder.decode(blob) for rid, blob in rows}
 
@@ -120,8 +124,29 @@ class Projector:
         ended = [(r, a.attempt_id) for r in touched for a in self.states[r].attempts]  # cleared; the ended recomputed
         ended += [k for k in activity if training.ended(self.states, k)]
         self._commit(rows, (stream, last, stamp), ended)
-        self.positions[stream] = last
+        self.positions[stream], self.stamps[stream] = last, stamp
         self.applied += len(items)
+
+    def touched_after(self, seq: int) -> set[tuple[str, str]]:
+        """Attempts with a sign of life on the spans stream after ``seq``."""
+        return set(
+            self.con.execute("SELECT rollout_id, attempt_id FROM attempt_activity WHERE last_seq > ?", [seq]).fetchall()
+        )
+
+    def rewind(self, divergence: Row, keys: set[tuple[str, str]], activity: list[Row], stamp: float) -> None:
+        """Take back the spans rows above ``divergence["good_to"]``: ``keys`` get the recounted ``activity``
+        and fresh training rows, the checkpoint moves back to that sequence (stored at ``stamp``)."""
+        seq = divergence["good_to"]
+        rows = {"rewind_spans": [{"seq": seq}], "activity_rows": activity, "divergence": [divergence]}
+        self._commit(rows, ("spans", seq, stamp), list(keys))
+        self.positions["spans"], self.stamps["spans"] = seq, stamp
+
+    def diverge(self, divergence: Row) -> None:
+        """Record that a stream is no longer applied (the log no longer holds what was applied)."""
+        self.diverged[divergence["stream"]] = divergence["reason"]
+        self.con.register("batch", pa.Table.from_pylist([divergence]))
+        self.con.execute(self.blocks["divergence"].sql)
+        self.con.unregister("batch")
 
     def _rows_of(
         self,

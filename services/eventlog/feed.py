@@ -44,6 +44,8 @@ class Feed:
         self.next_seq = 1
         """The sequence the feed hands out next (anything below it is a redelivery and is dropped)."""
         self.idle_since = time.monotonic()
+        self.subscriptions = 0
+        """How often the feed subscribed (a re-subscription follows a server restart)."""
 
     async def open(self, from_seq: int) -> Feed:
         """Start delivering at ``from_seq``."""
@@ -61,6 +63,7 @@ class Feed:
             config=config,
             cb=self.queue.put,
         )
+        self.subscriptions += 1
         self.idle_since = time.monotonic()
 
     async def _unstall(self) -> None:

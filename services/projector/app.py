@@ -79,7 +79,9 @@ def build_app(settings: Settings, projector: Projector, progress: Progress) -> S
         return Response(to_ipc(table), media_type=ARROW, headers=headers)
 
     async def health(_: Request) -> Response:
-        return JSONResponse({"positions": projector.positions, "applied": projector.applied, "db": str(projector.path)})
+        status = "diverged" if projector.diverged else "ok"  # the log no longer holds what was applied
+        body = {"status": status, "diverged": projector.diverged, "positions": projector.positions}
+        return JSONResponse(body | {"applied": projector.applied, "db": str(projector.path)})
 
     return Starlette(routes=[Route("/sql", sql, methods=["POST"]), Route("/health", health)])
 

@@ -9,23 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from pathlib import Path
 
 from tests.conftest import start_server
 from tests.projections.workload import telemetry
+from voltbus.projections.rewind import check
 from voltbus.services.eventlog import EventLog
 from voltbus.services.settings import NatsSettings
 
 TRIALS = 6
 
 
-async def trial(server: object, log: EventLog, feed: object, n: int, seen: dict[int, str]) -> tuple[int, int]:
-    stop, acked = asyncio.Event(), set()
+async def trial(server: object, log: EventLog, feed: object, n: int, seen: dict[int, str]) -> tuple[int, int, str]:
+    stop, acked, times = asyncio.Event(), set(), {}
 
     async def read() -> None:
         while not stop.is_set():
             for item in await feed.batch(500, 0.05):  # type: ignore[attr-defined]
                 seen[item.seq] = item.event.event_id
+                times[item.seq] = item.time
 
     async def publish() -> None:
         i = 0
@@ -40,6 +43,7 @@ async def trial(server: object, log: EventLog, feed: object, n: int, seen: dict[
 
     tasks = [asyncio.create_task(read()), asyncio.create_task(publish())]
     await asyncio.sleep(0.8)  # a random instant of the burst
+    killed = time.time()
     server.kill()  # type: ignore[attr-defined]
     server.start()  # type: ignore[attr-defined]
     await asyncio.sleep(1.5)  # publishing and reading go on after the restart
@@ -47,7 +51,12 @@ async def trial(server: object, log: EventLog, feed: object, n: int, seen: dict[
     await asyncio.gather(*tasks)
     stored = {e.seq: e.event.event_id async for e in log.replay("spans")}  # type: ignore[union-attr]
     phantom = sum(1 for seq, event_id in seen.items() if stored.get(seq) != event_id)
-    return phantom, len(acked - set(stored.values()))
+    before = [seq for seq, at in times.items() if at <= killed]  # read from the server that died
+    applied = (max(before), times[max(before)]) if before else (0, 0.0)  # a projector's checkpoint then
+    found = await check(log, "spans", *applied)
+    verdict = f"detected, good to {found.good_to} of {applied[0]}" if found else f"not detected at {applied[0]}"
+    first = min((seq for seq, event_id in seen.items() if stored.get(seq) != event_id), default=None)
+    return phantom, len(acked - set(stored.values())), f"{verdict} (first phantom seq {first})"
 
 
 async def main() -> None:
@@ -58,8 +67,8 @@ async def main() -> None:
     seen: dict[int, str] = {}
     try:
         for n in range(TRIALS):
-            phantom, lost = await trial(server, log, feed, n, seen)
-            print(f"trial {n}: read {len(seen)} messages so far, {phantom} phantom reads; {lost} acknowledged lost")
+            phantom, lost, verdict = await trial(server, log, feed, n, seen)
+            print(f"trial {n}: read {len(seen)} messages so far, {phantom} phantom reads, {verdict}; {lost} acked lost")
     finally:
         await feed.close()
         await reader.close()

@@ -12,30 +12,17 @@ learn to call the tool, and to copy the question exactly. Tool output is context
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import random
-import time
-from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
-import torch
-
-from voltbus.model import Segment, build_tiny_model, build_tokenizer, save_model_dir, train_on_samples
+from voltbus.model import Segment
+from voltbus.model.sft import build_main
+from voltbus.trainer.example import load_module
 
 HERE = Path(__file__).resolve().parent
 
 
-def load_agent() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("voltbus_example_math_tool_agent", HERE / "agent.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-agent = load_agent()
+agent = load_module(HERE / "agent.py", "voltbus_example_math_tool_agent")
 
 
 def miscopy(question: str, rng: random.Random) -> str:
@@ -59,25 +46,8 @@ def transcript(rng: random.Random) -> list[Segment]:
     return [prompt, (f"calc({expression})\n", True), (f"={value}\n", False), (f"A:{value}</s>", True)]
 
 
-def build(out: Path, steps: int, seed: int = 0, say: Callable[[str], None] = print) -> Path:
-    """Warm-start a fresh model for ``steps`` steps and write it to ``out``."""
-    tok = build_tokenizer()
-    model = build_tiny_model(seed)
-    loss = train_on_samples(model, tok, transcript, steps=steps, batch=64, lr=3e-3, seed=seed, progress=say)
-    say(f"last loss {loss:.3f}")
-    return save_model_dir(model, tok, out)
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=HERE / "model")
-    parser.add_argument("--steps", type=int, default=800)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)  # steadier on 2 shared cores
-    started = time.monotonic()
-    path = build(args.out, args.steps, args.seed)
-    print(f"wrote {path} in {time.monotonic() - started:.0f}s")
+def main(argv: list[str] | None = None) -> Path:
+    return build_main(__doc__, transcript, HERE / "model", 800, argv)
 
 
 if __name__ == "__main__":

@@ -12,22 +12,15 @@ context (no loss on it).
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import random
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
-from voltbus.model import Segment, build_tiny_model, build_tokenizer, save_model_dir, train_on_samples
+from voltbus.model import Segment
+from voltbus.model.sft import build_main
+from voltbus.trainer.example import load_module
 
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("voltbus_example_sql_agent", HERE / "agent.py")
-assert _spec is not None and _spec.loader is not None
-agent = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(agent)
+agent = load_module(HERE / "agent.py", "voltbus_example_sql_agent")
 data = agent.data
 
 CONFUSION = 0.4
@@ -42,25 +35,8 @@ def pair(rng: random.Random) -> list[Segment]:
     return [(agent.prompt(question), False), (f"{sql}</s>", True)]
 
 
-def build(out: Path, steps: int, seed: int = 0, say: Callable[[str], None] = print) -> Path:
-    """Warm-start a fresh model for ``steps`` steps and write it to ``out``."""
-    tok = build_tokenizer()
-    model = build_tiny_model(seed)
-    loss = train_on_samples(model, tok, pair, steps=steps, batch=64, lr=3e-3, seed=seed, progress=say)
-    say(f"last loss {loss:.3f}")
-    return save_model_dir(model, tok, out)
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=HERE / "model")
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)  # steadier on 2 shared cores
-    started = time.monotonic()
-    path = build(args.out, args.steps, args.seed)
-    print(f"wrote {path} in {time.monotonic() - started:.0f}s")
+def main(argv: list[str] | None = None) -> Path:
+    return build_main(__doc__, pair, HERE / "model", 600, argv)
 
 
 if __name__ == "__main__":

@@ -10,66 +10,25 @@ are scored before and after training, with the same sampling seeds.
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
-import time
-import uuid
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from voltbus.services.settings import Settings
-from voltbus.trainer import GRPO, Trainer
+from voltbus.trainer.example import example_settings, load_module, run_grpo_example
 
 HERE = Path(__file__).resolve().parent
 MODEL = HERE / "model"
 
 
-def load_agent() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("voltbus_example_sql_agent", HERE / "agent.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def settings(namespace: str | None = None) -> Settings:
-    s = Settings()
-    s.nats.namespace = namespace or f"sqlagent{uuid.uuid4().hex[:8]}"
-    return s
+    return example_settings("sqlagent", namespace)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--budget-s", type=float, default=None, help="stop training after this many seconds")
-    parser.add_argument("--tasks-per-step", type=int, default=16)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=2e-4)  # 5e-4 broke the SQL syntax within 4 steps
-    parser.add_argument("--weights-dir", type=Path, default=None, help="keep each step's weights here")
-    parser.add_argument("--val", type=int, default=100, help="validation questions (scored before and after)")
-    args = parser.parse_args(argv)
-    agent = load_agent()
-    algo = GRPO(
-        model_dir=MODEL,
-        steps=args.steps,
-        time_budget_s=args.budget_s,
-        tasks_per_step=args.tasks_per_step,
-        group_size=args.group_size,
-        lr=args.lr,
-        **({"weights_dir": args.weights_dir} if args.weights_dir else {}),
-    )
-    started = time.monotonic()
-    trainer = Trainer(algorithm=algo, n_runners=64, settings=settings())
-    result = trainer.fit(agent.sql_agent, agent.data.tasks(400, seed=0), agent.data.tasks(args.val, seed=1))
-    curve = [round(m["reward_mean"], 3) for m in result["steps"]]
-    before, after = result["before"]["mean_reward"], result["after"]["mean_reward"]
-    print(
-        f"sql_agent: validation reward {before:.3f} -> {after:.3f} after {len(curve)} GRPO steps "
-        f"(sampled reward per step {curve}); {time.monotonic() - started:.0f}s; "
-        f"run {result['run_id']} in namespace {result['namespace']}"
-    )
-    return result
+    agent = load_module(HERE / "agent.py", "voltbus_example_sql_agent")
+    tasks = lambda n, seed: agent.data.tasks(n, seed=seed)  # noqa: E731
+    # lr 2e-4: 5e-4 broke the SQL syntax within 4 steps
+    return run_grpo_example("sql_agent", __doc__, MODEL, agent.sql_agent, tasks, settings(), lr=2e-4, argv=argv)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -79,3 +80,37 @@ def train_on_samples(
             progress(f"warm start step {step}/{steps} loss {loss_value:.3f} ({time.perf_counter() - started:.1f} s)")
     model.eval()
     return loss_value
+
+
+def build_warm_started(
+    sample: Callable[[random.Random], list[Segment]], out: Path, steps: int, seed: int = 0,
+    say: Callable[[str], None] = print,
+) -> Path:  # fmt: skip
+    """A fresh tiny model warm-started for ``steps`` steps on ``sample``'s transcripts, written to ``out``."""
+    from .tiny import build_tiny_model, save_model_dir
+    from .tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    model = build_tiny_model(seed)
+    loss = train_on_samples(model, tok, sample, steps=steps, batch=64, lr=3e-3, seed=seed, progress=say)
+    say(f"last loss {loss:.3f}")
+    return save_model_dir(model, tok, out)
+
+
+def build_main(
+    doc: str | None, sample: Callable[[random.Random], list[Segment]], out: Path, steps: int,
+    argv: list[str] | None = None,
+) -> Path:  # fmt: skip
+    """The command line of an example's ``build_model.py``: ``--out``, ``--steps``, ``--seed``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=out)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # steadier on 2 shared cores
+    started = time.monotonic()
+    path = build_warm_started(sample, args.out, args.steps, args.seed)
+    print(f"wrote {path} in {time.monotonic() - started:.0f}s")
+    return path

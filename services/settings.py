@@ -84,6 +84,12 @@ class NatsSettings(BaseModel):
     """Client certificate, for a server that verifies clients (with ``tls_key``)."""
     tls_key: Path | None = None
     """Private key of ``tls_cert``."""
+    spans_sync: bool = False
+    """Fsync the spans stream too (``VOLTBUS_NATS__SPANS_SYNC``): then no acknowledged span, model call
+    or reward is lost when nats-server dies, at several times lower span throughput. Default: the
+    spans stream acknowledges before it writes (``persist_mode: async``), so a ``kill -9`` or power loss
+    can lose its last moment (docs/operations.md). Chosen when the stream is created; an existing
+    stream with the other mode is refused by name."""
     replicas: int = 1
     """Copies of every stream and of the weights object store on a NATS cluster (1 on a single server;
     3 on a 3-node cluster survives the loss of one node). A higher value scales existing streams up, except

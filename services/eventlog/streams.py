@@ -57,7 +57,8 @@ def control_config(settings: NatsSettings) -> StreamConfig:
 
 
 def spans_config(settings: NatsSettings) -> StreamConfig:
-    """The telemetry stream: sharded subjects, asynchronous persistence (single server), dedup by event id."""
+    """The telemetry stream: sharded subjects, asynchronous persistence (single server, unless
+    ``spans_sync``), dedup by event id."""
     topo = topology_of(settings)
     return StreamConfig(
         name=topo.spans_stream,
@@ -72,7 +73,8 @@ def spans_config(settings: NatsSettings) -> StreamConfig:
         deny_delete=True,
         deny_purge=True,
         allow_direct=True,
-        persist_mode=PersistMode.ASYNC if settings.replicas == 1 else None,  # the server refuses async on replicas
+        # the server refuses async on replicas; spans_sync: fsynced like control
+        persist_mode=PersistMode.ASYNC if settings.replicas == 1 and not settings.spans_sync else None,
         num_replicas=settings.replicas,
     )
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import free_port
 from voltbus.schemas.base import derive_id
-from voltbus.schemas.errors import PublishFailed
+from voltbus.schemas.errors import PublishFailed, StreamConfigMismatch
 from voltbus.schemas.resources import PromptTemplate, ResourcesPublished
 from voltbus.services.eventlog import Envelope, EventLog
 from voltbus.services.natsserver import NatsServer
@@ -71,3 +71,16 @@ async def test_a_full_control_stream_refuses_appends_and_keeps_its_history(nats_
         assert 0 < kept < 99 and versions == list(range(1, kept + 1))  # nothing dropped to make room
     finally:
         await log.close()
+
+
+async def test_spans_sync_creates_an_fsynced_spans_stream_and_refuses_the_other_mode(eventlog: EventLog) -> None:
+    synced = eventlog.settings.model_copy(update={"namespace": eventlog.settings.namespace + "s", "spans_sync": True})
+    log_ = await EventLog.connect(synced)
+    try:
+        spans = (await log_.js.stream_info(log_.topology.spans_stream)).config
+        assert spans.persist_mode in (None, "default")  # acknowledged only once written, like control
+    finally:
+        await log_.close()
+    refused = eventlog.settings.model_copy(update={"spans_sync": True})  # the fixture's stream is async
+    with pytest.raises(StreamConfigMismatch, match="persist_mode"):
+        await EventLog.connect(refused)

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import ipaddress
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from tests.security.certs import self_signed
 from voltbus.schemas.errors import BusAuthRefused, BusUnavailable
 from voltbus.schemas.subjects import Topology
 from voltbus.services.eventlog import EventLog
@@ -70,31 +65,6 @@ async def test_nats_with_auth_requires_a_role(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         await asyncio.wait_for(proc.wait(), timeout=10)
-
-
-def self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 signed by its own key (it is its own CA)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "voltbus-test")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=1))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
 
 
 async def test_the_bus_over_tls_with_auth(tmp_path: Path) -> None:

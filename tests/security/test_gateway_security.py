@@ -4,8 +4,6 @@ events or logs, HTTPS. Every refusal is checked against a real gateway on a real
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import ipaddress
 import logging
 import re
 import ssl
@@ -19,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from tests.security.certs import self_signed
 from tests.services.gateway import conftest as gateway_fixtures
 from tests.services.gateway.conftest import GatewayFactory, model_calls
 from voltbus.schemas import RolloutConfig
@@ -185,35 +184,6 @@ def test_every_key_comparison_is_constant_time() -> None:
     ]
     assert offenders == []
     assert "hmac.compare_digest" in (root / "gateway" / "auth.py").read_text()
-
-
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 and its key, written as PEM."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "voltbus-test")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=1))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "gw.pem", directory / "gw.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
 
 
 async def test_the_gateway_serves_https_with_its_certificate(nats_settings: NatsSettings, tmp_path: Path) -> None:

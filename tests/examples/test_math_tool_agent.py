@@ -4,7 +4,6 @@ tool left two recorded calls that the adapter stitches into one training row, to
 
 from __future__ import annotations
 
-import importlib.util
 import random
 from collections import defaultdict
 from pathlib import Path
@@ -17,16 +16,13 @@ from voltbus.services.eventlog import Envelope
 from voltbus.services.settings import NatsSettings
 from voltbus.store import connect
 from voltbus.trainer import GRPO, Trainer
+from voltbus.trainer.example import load_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "math_tool_agent"
 
 
 def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"voltbus_example_math_tool_{name}", EXAMPLE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(EXAMPLE / f"{name}.py", f"voltbus_example_math_tool_{name}")
 
 
 def test_tool_tasks_and_warm_start_transcripts() -> None:

@@ -3,7 +3,6 @@ checkpoint writing runnable SQL, and one tiny GRPO step through the real system.
 
 from __future__ import annotations
 
-import importlib.util
 import random
 from pathlib import Path
 from types import ModuleType
@@ -17,16 +16,13 @@ from voltbus.services.eventlog import Envelope
 from voltbus.services.settings import NatsSettings
 from voltbus.store import connect
 from voltbus.trainer import GRPO, Trainer
+from voltbus.trainer.example import load_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sql_agent"
 
 
 def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"voltbus_example_sql_test_{name}", EXAMPLE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(EXAMPLE / f"{name}.py", f"voltbus_example_sql_test_{name}")
 
 
 def test_gold_queries_run_and_twins_differ() -> None:

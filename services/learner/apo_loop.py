@@ -1,13 +1,16 @@
 """APO's search loop against the bus (Agent Lightning 0.3's ``APO.run``): each round, the parents of the
 beam run training batches, the critic critiques and edits them, every candidate is published as a
 version of the run's bundle and scored by rollouts pinned to it on one validation batch, and the best
-``beam_width`` stay. Each round is a step of the run; the best template is published last.
+``beam_width`` stay. Each round is a step of the run; the best template is published last. After each round the search's
+state (beam, best, curve) is saved inline in a ``CheckpointSaved``, so a run that stopped continues.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
+import hashlib
 import json
 import random
 import time
@@ -21,7 +24,7 @@ from voltbus.store import EnqueueRolloutRequest
 
 from .apo_critic import Critic
 from .apo_search import Candidate, Example, SearchSettings, batches, parents, select, unusable
-from .session import LearnerError, Session
+from .session import History, LearnerError, Session
 
 ROLLOUTS_SQL = (Path(__file__).parent / "apo_rollouts.sql").read_text()
 
@@ -45,14 +48,23 @@ class Search:
         self.grad_batches = batches(self.train, settings.gradient_batch_size, self.rng)
         self.val_batches = batches(self.val, settings.val_batch_size, self.rng)
         self.published: set[str] = set()
+        self.rerun: set[int] = set()
+        """Rounds begun before a restart and not completed: run again without recording another batch."""
 
-    async def run(self, seed: PromptTemplate) -> dict[str, Any]:
-        """Score ``seed`` on the whole validation set, search, publish the best; the run's result."""
-        start = await self.publish(seed)
-        before = await self.score_full(start)
-        self.say(f"APO {self.session.run_id}: initial template scores {before:.3f} on {len(self.val)} validation tasks")
-        beam, best, curve = [dataclasses.replace(start, score=before)], (before, start), []
-        for step in range(self.settings.rounds):
+    async def run(self, seed: PromptTemplate, history: History | None = None) -> dict[str, Any]:
+        """Score ``seed`` on the whole validation set, search, publish the best; the run's result.
+        With the ``history`` of a run that stopped after some rounds, continue from its last checkpoint."""
+        state = self.resume(history) if history is not None and history.next_step > 0 else None
+        if state is None:
+            start = await self.publish(seed)
+            before = await self.score_full(start)
+            self.say(
+                f"APO {self.session.run_id}: initial template scores {before:.3f} on {len(self.val)} validation tasks"
+            )
+            beam, best, curve = [dataclasses.replace(start, score=before)], (before, start), []
+        else:
+            before, beam, best, curve = state
+        for step in range(len(curve), self.settings.rounds):
             beam, metrics = await self.round(step, beam)
             full = beam[0].score if self.settings.val_batch_size >= len(self.val) else await self.score_full(beam[0])
             best = (full, beam[0]) if full > best[0] else best
@@ -61,8 +73,9 @@ class Search:
                 "leader_val_reward_full": full,
                 "best_val_reward_full": best[0],
             }
-            await self.session.complete_step(step, metrics, beam[0].resources_id)
             curve.append(metrics)
+            await self.save(step, before, beam, best, curve)
+            await self.session.complete_step(step, metrics, beam[0].resources_id)
             self.say(
                 f"APO round {step}: val best {metrics['val_reward_best']:.3f} mean {metrics['val_reward_mean']:.3f} "
                 f"over {int(metrics['candidates_scored'])} candidates; critic errors {int(metrics['critic_errors'])}"
@@ -77,6 +90,36 @@ class Search:
             "steps": curve,
             "critic_errors": dict(self.critic.errors),
         }
+
+    async def save(
+        self, step: int, before: float, beam: list[Candidate], best: tuple[float, Candidate], curve: list[dict]
+    ) -> None:
+        """Record the search's state after ``step`` (beam, best, curve) inline in a ``CheckpointSaved``."""
+        state = {"before": before, "beam": [_dump(c) for c in beam], "best": [best[0], _dump(best[1])], "curve": curve}
+        data = json.dumps(state, sort_keys=True).encode()
+        uri = "data:application/json;base64," + base64.b64encode(data).decode()
+        await self.session.checkpoint(step, uri, hashlib.sha256(data).hexdigest())
+
+    def resume(self, history: History) -> tuple[float, list[Candidate], tuple[float, Candidate], list[dict]]:
+        """The state saved after the run's last completed round; the rounds after it run again (their
+        random draws reseeded from the seed and the round, so not those an uninterrupted run makes)."""
+        last = history.next_step - 1
+        saved = history.checkpoints.get(last)
+        if saved is None or not saved.uri.startswith("data:application/json;base64,"):
+            raise LearnerError(f"APO run {self.session.run_id} has {last + 1} rounds but no saved search state")
+        data = base64.b64decode(saved.uri.partition(",")[2])
+        if hashlib.sha256(data).hexdigest() != saved.sha256:
+            raise LearnerError(f"APO run {self.session.run_id}: the state saved after round {last} is corrupt")
+        state = json.loads(data)
+        beam = [_load(c) for c in state["beam"]]
+        best = (state["best"][0], _load(state["best"][1]))
+        self.published |= {c.template.template for c in [*beam, best[1]]}
+        self.rerun = set(history.begun) - set(history.completed)
+        self.rng = random.Random(f"{self.settings.seed}:{last + 1}")
+        self.grad_batches = batches(self.train, self.settings.gradient_batch_size, self.rng)
+        self.val_batches = batches(self.val, self.settings.val_batch_size, self.rng)
+        self.say(f"APO {self.session.run_id}: resuming after round {last}, best so far {best[0]:.3f}")
+        return state["before"], beam, best, state["curve"]
 
     async def round(self, step: int, beam: list[Candidate]) -> tuple[list[Candidate], dict[str, float]]:
         """Critique and edit each parent, score the beam and the children on one validation batch."""
@@ -142,7 +185,7 @@ class Search:
             for c, tasks in jobs
             for t in tasks
         ]
-        if step is not None:  # a round's gradient batch is the step's recorded batch
+        if step is not None and step not in self.rerun:  # a round's gradient batch is the step's recorded batch
             ids = (await self.session.begin_step(step, leader, requests)).rollout_ids
         else:
             ids = [r.rollout_id for r in await self.session.store.enqueue_many_rollouts(requests)]
@@ -155,3 +198,18 @@ class Search:
             for i in ids
         )
         return [[next(examples) for _ in tasks] for _, tasks in jobs]
+
+
+def _dump(candidate: Candidate) -> dict[str, Any]:
+    t = candidate.template
+    return {
+        "template": t.template,
+        "engine": t.engine,
+        "resources_id": candidate.resources_id,
+        "score": candidate.score,
+    }
+
+
+def _load(data: dict[str, Any]) -> Candidate:
+    template = PromptTemplate(template=data["template"], engine=data["engine"])
+    return Candidate(template, data["resources_id"], data["score"])

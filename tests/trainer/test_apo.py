@@ -21,9 +21,14 @@ from starlette.routing import Route
 import voltbus as agl
 from voltbus.schemas.training import RunFinished, RunStarted, StepCompleted, StepStarted
 from voltbus.services.eventlog import Envelope
+from voltbus.services.learner.apo_critic import Critic as SearchCritic
+from voltbus.services.learner.apo_loop import Search
+from voltbus.services.learner.session import Session
 from voltbus.services.settings import NatsSettings, Settings
 from voltbus.store import connect
 from voltbus.trainer import APO, Baseline, Trainer
+from voltbus.trainer.algorithms import bus
+from voltbus.trainer.system import local_system
 
 MARKER = "CAREFULLY"
 CRITIQUE = "- The template never asks the agent to work carefully."
@@ -153,6 +158,43 @@ def test_apo_publishes_a_better_template(nats_settings: NatsSettings, good_criti
     assert "Answer: {question}" in first_critique and "reward 0.200" in first_critique
     assert '"question"' in first_critique and "agentlightning.message" in first_critique  # inputs and traces
     assert sum(line.startswith("APO round") for line in lines) == 2
+
+
+async def search_without_finishing(apo: APO, t: Trainer, train: list[Any], val: list[Any]) -> None:
+    """What a learner that dies after its last round leaves: the rounds and their state, no RunFinished."""
+    async with bus(t.settings, t.say) as settings, local_system(settings, template_agent, t.n_runners) as s:
+        store = await connect(settings=s.nats)
+        session = Session(store, apo.run_id or "", s.projector.url)
+        critic = SearchCritic(apo.critic_llm(), apo.temperature, apo.max_retries)
+        try:
+            history = await session.open("apo", {})
+            await Search(apo, session, critic, t.initial_resources, train, val, t.say).run(SEED, history)
+        finally:
+            await critic.close()
+            await session.close()
+            await store.close()
+
+
+@pytest.mark.timeout(300)
+def test_an_apo_run_that_stopped_after_a_round_continues_from_its_state(
+    nats_settings: NatsSettings, good_critic: Critic
+):
+    critic = agl.LLM(endpoint=good_critic.url, model="stub")
+    shape = {"beam_width": 2, "branch_factor": 2, "val_batch_size": 3, "gradient_batch_size": 2, "run_id": "apo-r"}
+    first = trainer(nats_settings, APO(critic=critic, rounds=1, **shape), [])
+    asyncio.run(search_without_finishing(first.algorithm, first, TASKS, TASKS[:4]))
+    lines: list[str] = []
+    result = trainer(nats_settings, APO(critic=critic, rounds=2, **shape), lines).fit(template_agent, TASKS, TASKS[:4])
+
+    assert any("resuming after round 0" in line for line in lines)
+    assert result["before"] == pytest.approx(0.2) and result["after"] == pytest.approx(1.0)
+    assert len(result["steps"]) == 2  # round 0 restored from the saved state, round 1 run now
+    events, latest = asyncio.run(run_state(nats_settings, "apo-r"))
+    assert sum(isinstance(e, RunStarted) for e in events) == 1
+    assert [e.step for e in events if isinstance(e, StepStarted)] == [0, 1]
+    assert [e.step for e in events if isinstance(e, StepCompleted)] == [0, 1]
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "succeeded"
+    assert latest.resources["prompt_template"].template == result["template"] and MARKER in result["template"]
 
 
 @pytest.mark.timeout(300)

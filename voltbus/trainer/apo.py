@@ -19,7 +19,7 @@ from voltbus.schemas.resources import LLM, PromptTemplate
 from voltbus.services.learner.apo_critic import Critic
 from voltbus.services.learner.apo_loop import Search
 from voltbus.services.learner.apo_search import SearchSettings, unusable
-from voltbus.services.learner.session import LearnerError, Session, new_run_id
+from voltbus.services.learner.session import Session, new_run_id
 from voltbus.store import connect
 
 from .algorithms import bus
@@ -75,11 +75,9 @@ class APO(SearchSettings):
             critic = Critic(self.critic_llm(), self.temperature, self.max_retries)
             try:
                 history = await session.open("apo", self._config())
-                if history.begun:
-                    raise LearnerError(f"APO run {run_id} has steps already; APO does not resume: use a new run id")
                 search = Search(self, session, critic, trainer.initial_resources, train, val, trainer.say)
                 try:
-                    self.result = await search.run(seed)
+                    self.result = await search.run(seed, history)
                 except Exception as exc:
                     await session.finish("failed", repr(exc)[:500])
                     raise

@@ -84,10 +84,16 @@ async def test_projector_killed_five_times_loses_and_doubles_nothing(
     for chunk in range(5):
         await write_chunk(store, chunk)
         proc = start(env)
-        await asyncio.sleep(rng.uniform(0.8, 2.0))  # a random instant of the projector's life: the fault
-        killed_at.append(await health(url))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        try:
+            async with asyncio.timeout(60):  # started (its import takes seconds on a loaded machine)...
+                while await health(url) is None:  # noqa: ASYNC110 - another process: poll its endpoint
+                    assert proc.poll() is None, "the projector exited"
+                    await asyncio.sleep(0.05)
+            await asyncio.sleep(rng.uniform(0.0, 0.4))  # ...then a random instant of its catch-up: the fault
+            killed_at.append(await health(url))
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
     ends = await ends_at(store.log)
     assert ends["control"] >= 10_000 and ends["spans"] >= 10_000
     proc = start(env)

@@ -416,6 +416,10 @@ from voltbus.cli_nats import register as _register_nats  # noqa: E402
 
 _register_nats(app)
 
+from voltbus.cli_apo import register as _register_apo  # noqa: E402
+
+_register_apo(app)
+
 
 def main() -> None:
     """Console entry point: run the app, turning voltbus errors into one line and exit code 1."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from voltbus.schemas.resources import LLM, PromptTemplate
@@ -20,6 +21,7 @@ from voltbus.services.learner.apo_critic import Critic
 from voltbus.services.learner.apo_loop import Search
 from voltbus.services.learner.apo_search import SearchSettings, unusable
 from voltbus.services.learner.session import Session, new_run_id
+from voltbus.services.settings import Settings
 from voltbus.store import connect
 
 from .algorithms import bus
@@ -55,38 +57,49 @@ class APO(SearchSettings):
 
     async def fit(self, trainer: Trainer, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
         """Search; returns the best template, its published version, the seed's and the best's full-val reward."""
-        seed = trainer.initial_resources.get(self.prompt_resource)
-        if not isinstance(seed, PromptTemplate):
-            names = sorted(trainer.initial_resources)
-            raise ValueError(
-                f"APO needs a PromptTemplate named {self.prompt_resource!r} in initial_resources ({names})"
-            )
-        if not train or not val:
-            raise ValueError("APO needs a training and a validation dataset")
-        if why := unusable(seed, train + val):
-            raise ValueError(f"APO: the initial template cannot be used: {why}")
-        run_id = self.run_id or new_run_id()
+        self.check(trainer.initial_resources, train, val)
         async with (
             bus(trainer.settings, trainer.say) as settings,
             local_system(settings, agent, trainer.n_runners) as s,
         ):
-            store = await connect(settings=s.nats, name="voltbus-apo")
-            session = Session(store, run_id, s.projector.url)
-            critic = Critic(self.critic_llm(), self.temperature, self.max_retries)
+            return await self.search_on(s, trainer.initial_resources, train, val, trainer.say)
+
+    def check(self, resources: dict[str, Any], train: list[Any], val: list[Any]) -> PromptTemplate:
+        """The seed template, or a clear error about the inputs."""
+        seed = resources.get(self.prompt_resource)
+        if not isinstance(seed, PromptTemplate):
+            names = sorted(resources)
+            raise ValueError(f"APO needs a PromptTemplate named {self.prompt_resource!r} in the resources ({names})")
+        if not train or not val:
+            raise ValueError("APO needs a training and a validation dataset")
+        if why := unusable(seed, train + val):
+            raise ValueError(f"APO: the initial template cannot be used: {why}")
+        return seed
+
+    async def search_on(
+        self, s: Settings, resources: dict[str, Any], train: list[Any], val: list[Any], say: Callable[[str], None]
+    ) -> dict[str, Any]:
+        """Search against a running system (the bus and projector of ``s``; runners serving the agent
+        elsewhere): what ``voltbus apo`` runs. A run id that stopped after some rounds continues."""
+        seed = self.check(resources, train, val)
+        run_id = self.run_id or new_run_id()
+        store = await connect(settings=s.nats, name="voltbus-apo")
+        session = Session(store, run_id, s.projector.url)
+        critic = Critic(self.critic_llm(), self.temperature, self.max_retries)
+        try:
+            history = await session.open("apo", self._config())
+            search = Search(self, session, critic, resources, train, val, say)
             try:
-                history = await session.open("apo", self._config())
-                search = Search(self, session, critic, trainer.initial_resources, train, val, trainer.say)
-                try:
-                    self.result = await search.run(seed, history)
-                except Exception as exc:
-                    await session.finish("failed", repr(exc)[:500])
-                    raise
-                await session.finish("succeeded")
-                self.result["namespace"] = s.nats.namespace
-            finally:
-                await critic.close()
-                await session.close()
-                await store.close()
+                self.result = await search.run(seed, history)
+            except Exception as exc:
+                await session.finish("failed", repr(exc)[:500])
+                raise
+            await session.finish("succeeded")
+            self.result["namespace"] = s.nats.namespace
+        finally:
+            await critic.close()
+            await session.close()
+            await store.close()
         return self.result
 
     def _config(self) -> dict[str, Any]:

@@ -66,13 +66,15 @@ async def config(request: Request) -> Response:
 
 @answering
 async def overview(request: Request, db: Projections) -> dict[str, object]:
-    """Statuses, runner health, runs and data quality: everything that is not one run or one rollout."""
-    rollouts, attempts, workers, runs, quality = await asyncio.gather(
+    """Statuses, runner health, runs, data quality and the projection's health (quarantine, gaps,
+    divergences): everything that is not one run or one rollout."""
+    rollouts, attempts, workers, runs, quality, [health] = await asyncio.gather(
         db.rows("rollout_statuses"),
         db.rows("attempt_statuses"),
         db.rows("workers", now=time.time()),
         db.rows("runs"),
         db.rows("data_quality"),
+        db.rows("log_health"),
     )
     empty = not (rollouts or workers or runs)
     return {
@@ -81,6 +83,7 @@ async def overview(request: Request, db: Projections) -> dict[str, object]:
         "workers": workers,
         "runs": runs,
         "quality": quality,
+        "log_health": health,
         "empty": empty,
     }
 

@@ -108,3 +108,10 @@ FROM rewards WHERE rollout_id = $rollout_id ORDER BY seq;
 -- name: data_quality
 -- The data-quality counts (the data_quality view), one row per run, mode and resources version.
 SELECT * FROM data_quality ORDER BY run_id NULLS LAST, mode NULLS LAST, resources_id NULLS LAST;
+
+-- name: log_health
+-- How faithfully the projection follows the log: events parked in quarantine (undecodable, unknown),
+-- holes in a stream (gaps), and times the log was found to differ from what was applied (divergences).
+SELECT (SELECT count(*) FROM quarantine) AS quarantined,
+       (SELECT count(*) FROM gaps) AS gaps,
+       (SELECT count(*) FROM divergences) AS divergences;

@@ -165,6 +165,9 @@ async function tick() {
     $("#queue-size").textContent = o.rollouts.filter((r) => ["queuing", "requeuing"].includes(r.status)).reduce((n, r) => n + r.n, 0);
     if (changed("workers", o.workers)) drawWorkers(o.workers);
     if (changed("quality", o.quality)) drawQuality(o.quality);
+    const h = o.log_health;
+    $("#log-health").textContent = `log: ${h.quarantined} events in quarantine, ${h.gaps} gaps, ${h.divergences} divergences (SQL: quarantine, gaps, divergences)`;
+    $("#log-health").dataset.state = h.quarantined + h.gaps + h.divergences ? "warn" : "ok";
     if (changed("runs", o.runs)) drawRuns(o.runs);
     const picker = await get("/api/rollouts");
     if (changed("picker", picker.rollouts)) drawPicker(picker.rollouts);

@@ -52,6 +52,7 @@ def test_json_endpoints_answer_from_the_projections(live: dict[str, object]) -> 
     assert [r["run_id"] for r in overview["runs"]] == [workload.RUN] and overview["runs"][0]["steps"] == 4
     assert overview["empty"] is False
     assert sum(q["attempts"] for q in overview["quality"]) == 3  # the attempts that ended
+    assert overview["log_health"] == {"quarantined": 1, "gaps": 0, "divergences": 0}  # the workload's poison
     run = httpx.get(f"{url}/api/run", params={"run_id": workload.RUN}).json()
     assert [s["reward_mean"] for s in run["steps"]] == workload.REWARDS
     stale = [(s["staleness_mean"], s["staleness_max"], s["rows_dropped_stale"]) for s in run["steps"]]
@@ -81,6 +82,9 @@ def test_the_page_draws_the_live_system(live: dict[str, object], browser: WebDri
     worker = browser.find_element(By.CSS_SELECTOR, f'#workers tr[data-worker="{workload.WORKER}"]')
     attempts = browser.find_elements(By.CSS_SELECTOR, '#quality td[data-col="attempts"]')
     assert sum(int(td.text) for td in attempts) == 3
+    health = browser.find_element(By.ID, "log-health")
+    assert health.text.startswith("log: 1 events in quarantine, 0 gaps")
+    assert health.get_attribute("data-state") == "warn"
     assert worker.text.endswith("s ago")
 
     wait.until(lambda b: len(drawn(b, POINTS.format("#reward-chart", ""))) == 4)

@@ -79,6 +79,7 @@ async def write(store: Store) -> dict[str, object]:
             )  # fmt: skip
         )
     await store.log.publish_spans(events)
+    await store.log.js.publish(store.topology.rollout_events("ro-poison"), b"\xffnot an event")  # quarantined
     run = [RunStarted(event_id=derive_id(RUN), run_id=RUN, algorithm="grpo", config=msgspec.Raw(b"{}"), at=1.0)]
     for step, (reward, (s_mean, s_max, dropped)) in enumerate(zip(REWARDS, STALENESS, strict=True), start=1):
         version = f"policy:{1 + (step - 1) // 2}"

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -60,10 +61,18 @@ async def eventlog(nats_settings: NatsSettings) -> AsyncIterator[EventLog]:
     await log.close()
 
 
-async def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Wait until ``condition()`` holds, polling cheaply, or fail after ``timeout`` seconds."""
+async def wait_for(
+    condition: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0, what: str = "condition", every: float = 0.01
+) -> None:
+    """Wait until ``condition()`` holds (it may be a coroutine function: another process's state, read
+    from the log or an HTTP endpoint), checking every ``every`` seconds, or fail after ``timeout``."""
     deadline = time.monotonic() + timeout
-    while not condition():
+    while not await _holds(condition):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(every)
+
+
+async def _holds(condition: Callable[[], bool | Awaitable[bool]]) -> bool:
+    result = condition()
+    return bool(await result) if inspect.isawaitable(result) else bool(result)

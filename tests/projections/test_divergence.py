@@ -17,6 +17,7 @@ import duckdb
 import pytest
 from starlette.testclient import TestClient
 
+from tests.conftest import wait_for
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
 from voltbus.schemas.spans import AttemptHeartbeatSent
@@ -35,9 +36,7 @@ async def follow_until(projector: Projector, store: Store, done: Callable[[], bo
     stop = asyncio.Event()
     following = asyncio.create_task(project(projector, store.log, stop=stop, batch_size=5, max_wait=0.02))
     try:
-        async with asyncio.timeout(20):
-            while not done() and not following.done():  # noqa: ASYNC110
-                await asyncio.sleep(0.02)  # a condition on the database, polled with a deadline
+        await wait_for(lambda: done() or following.done(), 20, "the projection's condition", every=0.02)
     finally:
         stop.set()
         await following

@@ -22,7 +22,7 @@ from voltbus.schemas.rollouts import AttemptClaimed, RolloutQueued
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store
 
-from ..conftest import free_port
+from ..conftest import free_port, wait_for
 from .conftest import dump
 from .test_projector import build
 from .workload import telemetry
@@ -84,11 +84,13 @@ async def test_projector_killed_five_times_loses_and_doubles_nothing(
     for chunk in range(5):
         await write_chunk(store, chunk)
         proc = start(env)
-        try:
-            async with asyncio.timeout(60):  # started (its import takes seconds on a loaded machine)...
-                while await health(url) is None:  # noqa: ASYNC110 - another process: poll its endpoint
-                    assert proc.poll() is None, "the projector exited"
-                    await asyncio.sleep(0.05)
+
+        async def answers(proc: subprocess.Popen[bytes] = proc) -> bool:
+            assert proc.poll() is None, "the projector exited"
+            return await health(url) is not None
+
+        try:  # started (its import takes seconds on a loaded machine)...
+            await wait_for(answers, 60, "the projector's health endpoint", every=0.05)
             await asyncio.sleep(rng.uniform(0.0, 0.4))  # ...then a random instant of its catch-up: the fault
             killed_at.append(await health(url))
         finally:
@@ -97,10 +99,12 @@ async def test_projector_killed_five_times_loses_and_doubles_nothing(
     ends = await ends_at(store.log)
     assert ends["control"] >= 10_000 and ends["spans"] >= 10_000
     proc = start(env)
+
+    async def caught_up() -> bool:
+        return await health(url) == ends
+
     try:
-        async with asyncio.timeout(120):
-            while await health(url) != ends:  # noqa: ASYNC110 - another process: poll its endpoint
-                await asyncio.sleep(0.1)  # polling the projector's reported position, with a deadline
+        await wait_for(caught_up, 120, f"the projector at {ends}", every=0.1)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import wait_for
 from voltbus.schemas.errors import PublishFailed
 from voltbus.schemas.resources import PromptTemplate
 from voltbus.services.eventlog import EventLog
@@ -53,10 +54,11 @@ async def caught_up(system: System, log: EventLog, deadline_s: float) -> float:
     """Seconds until the projector has applied the spans stream to its current end."""
     end, began = await log.feed("spans").last_seq(), time.monotonic()
     async with httpx.AsyncClient() as http:
-        while (await projector_position(system, http))["spans"] < end:
-            if time.monotonic() - began > deadline_s:
-                raise AssertionError(f"projector not at spans {end} after {deadline_s}s")
-            await asyncio.sleep(0.02)  # noqa: ASYNC110 - another process's position, with a deadline
+
+        async def applied() -> bool:  # another process's position, from its health endpoint
+            return (await projector_position(system, http))["spans"] >= end
+
+        await wait_for(applied, deadline_s, f"the projector at spans {end}", every=0.02)
     return time.monotonic() - began
 
 

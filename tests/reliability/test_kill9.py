@@ -10,6 +10,7 @@ rollout's history is a valid path that ends terminal, the learner completed each
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import wait_for
 from voltbus.schemas.training import RunFinished, StepCompleted, StepStarted
 from voltbus.services.eventlog import Envelope, EventLog
 from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
@@ -120,35 +122,35 @@ async def learner_finished(system: System, deadline_s: float) -> int:
 
 
 async def first_step_started(log: EventLog, deadline_s: float) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not any(isinstance(getattr(e, "event", None), StepStarted) for e in (await log.read_subject(RUN))[0]):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the learner began no step in {deadline_s}s")
-        await asyncio.sleep(0.2)  # noqa: ASYNC110 - another process's progress, read from the log
+    async def started() -> bool:  # another process's progress, read from the log
+        return any(isinstance(getattr(e, "event", None), StepStarted) for e in (await log.read_subject(RUN))[0])
+
+    await wait_for(started, deadline_s, "the learner's first step", every=0.2)
 
 
 async def all_terminal(log: EventLog, rollout_ids: list[str], deadline_s: float) -> None:
-    """Wait until every named rollout's history ends terminal (polling the log, with a deadline)."""
-    deadline = time.monotonic() + deadline_s
-    while checkers.not_terminal(await checkers.stored_control(log), rollout_ids):
-        if time.monotonic() > deadline:
-            return  # the checker reports them
-        await asyncio.sleep(0.5)  # noqa: ASYNC110 - another process's progress, read from the log
+    """Wait until every named rollout's history ends terminal (read from the log, with a deadline); at
+    the deadline, return: the checker reports the rest."""
+
+    async def ended() -> bool:
+        return not checkers.not_terminal(await checkers.stored_control(log), rollout_ids)
+
+    with contextlib.suppress(AssertionError):
+        await wait_for(ended, deadline_s, "every rollout to end", every=0.5)
 
 
 async def projector_caught_up(system: System, log: EventLog, deadline_s: float = 60.0) -> None:
     ends = {s: await log.feed(s).last_seq() for s in ("control", "spans")}
     url = f"http://127.0.0.1:{system.port('projector')}/health"
-    deadline = time.monotonic() + deadline_s
     async with httpx.AsyncClient() as http:
-        while time.monotonic() < deadline:
+
+        async def at_ends() -> bool:  # another process's position, from its health endpoint
             try:
-                if (await http.get(url, timeout=2)).json().get("positions") == ends:
-                    return
+                return (await http.get(url, timeout=2)).json().get("positions") == ends
             except (httpx.HTTPError, ValueError):
-                pass
-            await asyncio.sleep(0.1)  # polling another process's position, with a deadline
-    raise AssertionError(f"projector not at {ends} after {deadline_s}s")
+                return False
+
+        await wait_for(at_ends, deadline_s, f"the projector at {ends}", every=0.1)
 
 
 @pytest.mark.timeout(900)

@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from tests.conftest import wait_for
 from voltbus.schemas.commands import CancelRollout, QueueRollout, StartRollout
 from voltbus.schemas.resources import PromptTemplate
 from voltbus.schemas.rollouts import AttemptSucceeded
@@ -66,10 +67,11 @@ async def inject(log: EventLog, oplog: OpLog) -> dict[str, int]:
 
 async def until_terminal(log: EventLog, rollout_ids: list[str], deadline_s: float) -> float:
     began = time.monotonic()
-    while checkers.not_terminal(await checkers.stored_control(log), rollout_ids):
-        if time.monotonic() - began > deadline_s:
-            raise AssertionError(f"not terminal after {deadline_s}s: {rollout_ids}")
-        await asyncio.sleep(0.2)  # noqa: ASYNC110 - other processes' progress, read from the log
+
+    async def ended() -> bool:  # other processes' progress, read from the log
+        return not checkers.not_terminal(await checkers.stored_control(log), rollout_ids)
+
+    await wait_for(ended, deadline_s, f"{rollout_ids} to end", every=0.2)
     return time.monotonic() - began
 
 

@@ -91,8 +91,9 @@ class EventLog:
         """The object store of this namespace's policy weights."""
         return f"{self.topology.namespace}-weights"
 
-    async def put_weights(self, name: str, path: Path) -> str:
-        """Store a weights file in the bus (``nats-obj://<ns>-weights/<name>``); returns its reference."""
+    async def put_weights(self, name: str, path: Path | bytes) -> str:
+        """Store a weights file (or bytes: a packed checkpoint) in the bus (``nats-obj://<ns>-weights/<name>``);
+        returns its reference."""
         return await objects.put_file(self.js, self.weights_bucket, name, path, self.settings.replicas)
 
     async def fetch_weights(self, uri: str, cache: Path, sha256: str, suffix: str = ".safetensors") -> Path:

@@ -43,17 +43,20 @@ def parse_uri(uri: str) -> tuple[str, str]:
     return bucket, name
 
 
-async def put_file(js: JetStreamContext, bucket: str, name: str, path: Path, replicas: int = 1) -> str:
-    """Store ``path`` as object ``name`` (the bucket, with ``replicas`` copies, is created if needed);
-    returns its reference."""
+async def put_file(js: JetStreamContext, bucket: str, name: str, path: Path | bytes, replicas: int = 1) -> str:
+    """Store ``path`` (a file, or bytes already in memory) as object ``name`` (the bucket, with
+    ``replicas`` copies, is created if needed); returns its reference."""
     try:
         store = await js.object_store(bucket)
     except NotFoundError:
         store = await js.create_object_store(
             bucket, ObjectStoreConfig(bucket=bucket, storage=StorageType.FILE, replicas=replicas)
         )
-    with path.open("rb") as f:
-        await store.put(name, f)
+    if isinstance(path, bytes):
+        await store.put(name, path)
+    else:
+        with path.open("rb") as f:
+            await store.put(name, f)
     return object_uri(bucket, name)
 
 

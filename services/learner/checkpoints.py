@@ -54,11 +54,7 @@ async def save(session: Session, settings: LearnerSettings, folder: Path, step: 
     if len(data) > settings.weights_in_bus_mb * 1024 * 1024:
         await session.checkpoint(step, str(folder), weights_sha)
         return
-    archive = folder.with_suffix(".tar")
-    await asyncio.to_thread(archive.write_bytes, data)
-    name = f"{session.run_id}/checkpoint-{step % 2}.tar"
-    uri = await session.store.log.put_weights(name, archive)
-    await asyncio.to_thread(archive.unlink)
+    uri = await session.store.log.put_weights(f"{session.run_id}/checkpoint-{step % 2}.tar", data)
     await session.checkpoint(step, uri, hashlib.sha256(data).hexdigest())
 
 

@@ -57,12 +57,12 @@ class APO(SearchSettings):
 
     async def fit(self, trainer: Trainer, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
         """Search; returns the best template, its published version, the seed's and the best's full-val reward."""
-        self.check(trainer.initial_resources, train, val)
+        seed = self.check(trainer.initial_resources, train, val)  # before the system starts
         async with (
             bus(trainer.settings, trainer.say) as settings,
             local_system(settings, agent, trainer.n_runners) as s,
         ):
-            return await self.search_on(s, trainer.initial_resources, train, val, trainer.say)
+            return await self._search(s, seed, trainer.initial_resources, train, val, trainer.say)
 
     def check(self, resources: dict[str, Any], train: list[Any], val: list[Any]) -> PromptTemplate:
         """The seed template, or a clear error about the inputs."""
@@ -81,7 +81,12 @@ class APO(SearchSettings):
     ) -> dict[str, Any]:
         """Search against a running system (the bus and projector of ``s``; runners serving the agent
         elsewhere): what ``voltbus apo`` runs. A run id that stopped after some rounds continues."""
-        seed = self.check(resources, train, val)
+        return await self._search(s, self.check(resources, train, val), resources, train, val, say)
+
+    async def _search(
+        self, s: Settings, seed: PromptTemplate, resources: dict[str, Any], train: list[Any], val: list[Any],
+        say: Callable[[str], None],
+    ) -> dict[str, Any]:  # fmt: skip
         run_id = self.run_id or new_run_id()
         store = await connect(settings=s.nats, name="voltbus-apo")
         session = Session(store, run_id, s.projector.url)

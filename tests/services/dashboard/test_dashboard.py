@@ -27,10 +27,28 @@ POINTS = (
     "return [...document.querySelectorAll('{} circle.point{}')]"
     ".map(c => [+c.dataset.x, +c.dataset.y, +c.getAttribute('cx'), +c.getAttribute('cy')])"
 )
-NESTING = (
-    "return [...document.querySelectorAll('#rollout-detail li.span')]"
-    ".map(li => li.parentElement.closest('li.span')?.dataset.seq ?? null)"
-)
+# The status lines and tables that the first view checks, read at one instant.
+SNAPSHOT = """
+const q = s => document.querySelector(s);
+return {{
+  attempts: Object.fromEntries([...document.querySelectorAll('#attempt-statuses tr[data-status]')]
+    .map(r => [r.dataset.status, +r.querySelector('[data-n]').dataset.n])),
+  queue: q('#queue-size').innerText, banner: q('#banner').dataset.state,
+  ended: [...document.querySelectorAll('#quality td[data-col="attempts"]')].map(td => td.innerText),
+  health: q('#log-health').innerText, health_state: q('#log-health').dataset.state,
+  worker: q('#workers tr[data-worker="{worker}"]').innerText,
+}};
+"""
+# One rollout's detail: each span's sequence and enclosing span, the model call's text, the rewards.
+DETAIL = """
+const spans = [...document.querySelectorAll('#rollout-detail li.span')];
+return {
+  seqs: spans.map(li => li.dataset.seq),
+  parents: spans.map(li => li.parentElement.closest('li.span')?.dataset.seq ?? null),
+  call: document.querySelector('#rollout-detail tr.call').innerText,
+  rewards: [...document.querySelectorAll('#rollout-detail tr.reward')].map(r => r.dataset.value),
+};
+"""
 
 
 def counts(rows: list[dict[str, object]]) -> dict[str, object]:
@@ -76,16 +94,13 @@ def test_the_page_draws_the_live_system(live: dict[str, object], browser: WebDri
     browser.get(live["url"])
     wait = WebDriverWait(browser, WAIT_S)
     wait.until(lambda b: drawn(b, TABLE.format("#rollout-statuses")) == workload.ROLLOUTS)
-    assert drawn(browser, TABLE.format("#attempt-statuses")) == workload.ATTEMPTS
-    assert browser.find_element(By.ID, "queue-size").text == "2"
-    assert browser.find_element(By.ID, "banner").get_attribute("data-state") == "ok"
-    worker = browser.find_element(By.CSS_SELECTOR, f'#workers tr[data-worker="{workload.WORKER}"]')
-    attempts = browser.find_elements(By.CSS_SELECTOR, '#quality td[data-col="attempts"]')
-    assert sum(int(td.text) for td in attempts) == 3
-    health = browser.find_element(By.ID, "log-health")
-    assert health.text.startswith("log: 1 events in quarantine, 0 gaps")
-    assert health.get_attribute("data-state") == "warn"
-    assert worker.text.endswith("s ago")
+    # The page redraws on every poll, so each read takes the DOM at one instant, in one script.
+    shown = drawn(browser, SNAPSHOT.format(worker=workload.WORKER))
+    assert shown["attempts"] == workload.ATTEMPTS
+    assert shown["queue"] == "2" and shown["banner"] == "ok"
+    assert sum(int(n) for n in shown["ended"]) == 3
+    assert shown["health"].startswith("log: 1 events in quarantine, 0 gaps") and shown["health_state"] == "warn"
+    assert shown["worker"].endswith("s ago")
 
     wait.until(lambda b: len(drawn(b, POINTS.format("#reward-chart", ""))) == 4)
     reward = drawn(browser, POINTS.format("#reward-chart", ""))
@@ -96,21 +111,21 @@ def test_the_page_draws_the_live_system(live: dict[str, object], browser: WebDri
     versions = drawn(browser, POINTS.format("#version-chart", ""))
     assert [round(y, 6) for _, y, _, _ in versions] == [0.2, 0.8] and versions[1][3] < versions[0][3]
     assert [y for _, y, _, _ in drawn(browser, POINTS.format("#staleness-chart", ".max"))] == [0, 1, 1, 1]
-    dropped = [
-        r.find_elements(By.TAG_NAME, "td")[-1].text
-        for r in browser.find_elements(By.CSS_SELECTOR, "#staleness tr[data-step]")
-    ]
+    dropped = drawn(
+        browser,
+        "return [...document.querySelectorAll('#staleness tr[data-step]')]"
+        ".map(r => r.querySelector('td:last-child').textContent)",
+    )
     assert dropped == ["0", "0", "2", "0"]
 
     Select(browser.find_element(By.ID, "rollout-select")).select_by_value(live["shown"])
     wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#rollout-detail li.span")) == 4)
-    spans = browser.find_elements(By.CSS_SELECTOR, "#rollout-detail li.span")
-    assert [int(s.get_attribute("data-seq")) for s in spans] == [1, 2, 3, 4]  # document order is sequence order
-    assert drawn(browser, NESTING) == [None, "1", "2", "1"]  # agent > (llm > tool, reward)
-    call = browser.find_element(By.CSS_SELECTOR, "#rollout-detail tr.call").text
+    detail = drawn(browser, DETAIL)
+    assert [int(seq) for seq in detail["seqs"]] == [1, 2, 3, 4]  # document order is sequence order
+    assert detail["parents"] == [None, "1", "2", "1"]  # agent > (llm > tool, reward)
+    call = detail["call"]
     assert "[101, 102, 103]" in call and "[7, 8]" in call and "-0.250" in call and "-1.500" in call
-    [reward_row] = browser.find_elements(By.CSS_SELECTOR, "#rollout-detail tr.reward")
-    assert float(reward_row.get_attribute("data-value")) == workload.ROLLOUT_REWARDS[0]
+    assert [float(v) for v in detail["rewards"]] == [workload.ROLLOUT_REWARDS[0]]
 
 
 def test_no_data_yet(nats_settings: NatsSettings, tmp_path: Path, browser: WebDriver) -> None:

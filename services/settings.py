@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import platformdirs
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -377,6 +377,12 @@ class LearnerSettings(BaseModel):
     ``succeeded``, with fewer steps, and says so); None: run every step."""
     seed: int = 0
     """Seed of task order and of torch."""
+    backend: Literal["torch", "verl"] = "torch"
+    """The actor update: ``torch`` (the CPU model, services/learner/grpo.py) or ``verl`` (verl 0.9.1's
+    FSDP2 engine on one CUDA GPU, any Hugging Face causal LM in ``model_dir``; needs
+    ``pip install 'voltbus[gpu]'``, see docs/learning.md "The GPU path")."""
+    micro_batch_size: int = Field(default=8, ge=1)
+    """verl backend: rows per forward/backward pass on the GPU (gradients accumulate over the batch)."""
 
     @field_validator("inference_urls", mode="before")
     @classmethod

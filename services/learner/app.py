@@ -10,6 +10,7 @@ from typing import Any
 from voltbus.services.settings import Settings
 from voltbus.store import connect
 
+from .backend import check_backend
 from .evaluate import validate
 from .session import LearnerError, Session, new_run_id
 
@@ -34,6 +35,7 @@ async def run(settings: Settings, tasks: list[Any], say: Callable[[str], None]) 
     from .loop import GRPO  # torch from here on
 
     s = settings.learner
+    check_backend(s)  # a backend this machine cannot run fails before anything connects
     run_id = s.run_id or new_run_id()
     val = load_tasks(s.val_tasks) if s.val_tasks else []
     say(f"run {run_id} (continue it with --run-id {run_id}); projector {settings.projector.url}")

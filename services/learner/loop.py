@@ -1,10 +1,11 @@
 """The GRPO training loop against the bus, one step at a time:
 
 publish version v → enqueue the step's batch (``group_size`` rollouts per task) → wait until it
-finished → read its training rows by SQL → GRPO update → save version v+1 → publish it (inference
-servers following the bus swap to it) → record the step. With ``overlap`` the next step's batch is
-enqueued before the update, so runners keep sampling with v while the learner trains (staleness 1,
-bounded by ``max_staleness``). A learner started again on the same run continues where it stopped.
+finished → read its training rows by SQL → GRPO update (the actor of ``learner.backend``: CPU torch
+or verl) → save version v+1 → publish it (inference servers following the bus swap to it) → record
+the step. With ``overlap`` the next step's batch is enqueued before the update, so runners keep
+sampling with v while the learner trains (staleness 1, bounded by ``max_staleness``). A learner
+started again on the same run continues where it stopped.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from voltbus.services.settings import LearnerSettings
 from voltbus.store import EnqueueRolloutRequest
 
 from . import checkpoints
+from .actor import Actor, load_actor
+from .backend import check_backend
 from .batch import prepare, version_number
-from .grpo import group_advantages, update
-from .policy import WEIGHTS, Policy, initial_weights
+from .grpo import group_advantages
+from .policy import WEIGHTS, initial_weights
 from .session import History, LearnerError, Session
 
 log = logging.getLogger(__name__)
@@ -40,11 +43,13 @@ ROWS_SQL = (Path(__file__).parent / "batch_rows.sql").read_text()
 
 
 class GRPO:
-    """Group-relative policy optimization of the served policy, on CPU torch."""
+    """Group-relative policy optimization of the served policy (the update by ``learner.backend``:
+    CPU torch, or verl on a GPU; see ``actor.py``)."""
 
     name = "grpo"
 
     def __init__(self, settings: LearnerSettings, resources: dict[str, Any] | None = None) -> None:
+        check_backend(settings)  # a missing verl or GPU fails here, before anything is published
         self.settings = settings
         self.extra = dict(resources or {})
         """Other resources published with every version (a prompt template, tools)."""
@@ -118,7 +123,8 @@ class GRPO:
             history = await self.record_saved_step(session, history)
         first = history.next_step
         checkpoint = history.checkpoints.get(first - 1)
-        policy = Policy.load(s, await checkpoints.local_copy(session, s, checkpoint) if checkpoint else None)
+        saved = await checkpoints.local_copy(session, s, checkpoint) if checkpoint else None
+        actor = await asyncio.to_thread(load_actor, s, saved)
         if first > 0:
             resources_id = history.completed[first - 1].resources_id or ""
             say(f"resuming run {session.run_id} at step {first} with {resources_id}")
@@ -138,7 +144,7 @@ class GRPO:
                 break
             batch = pending or await begin(step, resources_id)
             ahead = (lambda n=step + 1, v=resources_id: begin(n, v)) if s.overlap and step + 1 < s.steps else None
-            resources_id, metrics, pending = await self.step(session, policy, batch, resources_id, ahead)
+            resources_id, metrics, pending = await self.step(session, actor, batch, resources_id, ahead)
             say(
                 f"step {step + 1}/{s.steps}: reward {metrics['reward_mean']:.3f} ± {metrics['reward_std']:.3f} "
                 f"over {int(metrics['rollouts_trained'])} rollouts, {int(metrics['tokens'])} tokens, "
@@ -164,7 +170,7 @@ class GRPO:
     async def step(
         self,
         session: Session,
-        policy: Policy,
+        actor: Actor,
         batch: StepStarted,
         resources_id: str,
         ahead: Callable[[], Awaitable[StepStarted]] | None = None,
@@ -182,12 +188,9 @@ class GRPO:
         if not data.rows:
             raise LearnerError(f"step {batch.step}: no trainable rows (see `voltbus data check`): {data.counts}")
         advantages = group_advantages(data.rewards, data.groups)
-        stats = await asyncio.to_thread(
-            update, policy.model, policy.optimizer, data.rows, advantages, policy.tok.pad_token_id,
-            epochs=s.epochs, clip=s.clip, ref_model=policy.reference, kl_coef=s.kl_coef,
-        )  # fmt: skip
+        stats = await asyncio.to_thread(actor.update, data.rows, advantages)
         updated = time.monotonic()
-        weights, sha = await asyncio.to_thread(policy.save, session.run_id, batch.step)
+        weights, sha = await asyncio.to_thread(actor.save, session.run_id, batch.step)
         await checkpoints.save(session, s, weights.parent, batch.step, sha)
         published = await self.publish(session, weights, sha)
         await self.served(published)

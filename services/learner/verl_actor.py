@@ -1,0 +1,299 @@
+"""The GPU path's actor: verl 0.9.1's training engine (FSDP2, one CUDA GPU, one process, no Ray).
+
+verl 0.9.1 has no ``DataParallelPPOActor`` any more: its PPO trainer drives a ``TrainingWorker``
+(``verl/workers/engine_workers.py``) whose engine is picked by strategy (``fsdp2`` here) and whose
+loss is ``verl.workers.utils.losses.ppo_loss``; ``train_mini_batch`` takes a TensorDict in verl's
+no-padding layout (``left_right_2_no_padding`` of the padded batch). This module builds that worker
+from the learner settings, turns training rows + GRPO advantages into the fields ``ppo_loss`` reads,
+and saves each version as a model directory like ``Policy.save`` (``model.safetensors`` + config +
+tokenizer + ``optimizer.pt``), so publishing and checkpoints work unchanged.
+
+Same math as ``grpo.py``: advantages once per rollout, spread over its sampled tokens; PPO-clip
+against the logprobs recorded at sampling time (``old_log_probs``); per-rollout normalization (each
+rollout weighs the same however many rows and tokens it has) through ``loss_agg_mode='token-sum'``
+and per-token weights passed as ``rollout_is_weights`` (which verl's vanilla loss multiplies into the
+per-token loss); one optimizer step per epoch on the whole batch (``mini_batch_size`` = batch),
+gradients accumulated over ``learner.micro_batch_size`` rows at a time. Differences: verl's loss adds
+dual-clip (ratio bound 3 for negative advantages), and its ``pg_clipfrac`` counts tokens where the
+clipped term won, not ``|ratio - 1| > clip``. Training keeps fp32 master weights with bf16 compute
+(verl's default mixed precision); versions are written in the model's own dtype (bf16 for Qwen2.5).
+
+Everything above ``VerlActor`` needs only torch and is tested on CPU; ``VerlActor`` needs verl and CUDA.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from voltbus.model import weights_sha256
+from voltbus.services.settings import LearnerSettings
+
+from .grpo import Row, token_weights
+from .policy import OPTIMIZER, WEIGHTS
+from .verl_batch import to_verl_batch
+
+MODEL_FILES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".safetensors.index.json", ".bin.index.json")
+"""Suffixes of weight and optimizer files, not copied from the source directory into a version."""
+METRICS = {
+    "loss": "loss",
+    "actor/pg_loss": "pg_loss",
+    "actor/pg_clipfrac": "clip_fraction",
+    "actor/pg_clipfrac_lower": "clip_fraction_lower",
+    "actor/ppo_kl": "approx_kl_old",
+    "grad_norm": "grad_norm",
+    "lr": "lr",
+}
+"""verl's metric names → the names ``grpo.update`` reports (the rest of verl's metrics are not kept)."""
+
+
+def update_fields(
+    rows: Sequence[Row], advantages: Mapping[str, float], pad_id: int
+) -> tuple[dict[str, torch.Tensor], int]:
+    """The tensors ``ppo_loss`` reads, padded as verl's trainer pads them (prompts left, responses
+    right, to the batch's longest), and how many rows were skipped (no prompt or no response).
+
+    ``old_log_probs`` are the logprobs recorded at sampling time, ``advantages`` the rollout's
+    advantage on its sampled tokens (0 elsewhere), ``rollout_is_weights`` the per-rollout
+    normalization of ``grpo.token_weights`` on the same tokens."""
+    kept = [r for r in rows if r.prompt_ids and r.response_ids]
+    if not kept:
+        raise ValueError("no row with both a prompt and a response to train on")
+    ids = {r.rollout_id: r.rollout_id for r in kept}
+    batch = to_verl_batch(
+        kept, advantages, ids, pad_id, max(len(r.prompt_ids) for r in kept), max(len(r.response_ids) for r in kept)
+    )
+    t = batch.tensors
+    mask = t["response_mask"].to(torch.float32)
+    adv = torch.tensor([float(advantages[r.rollout_id]) for r in kept], dtype=torch.float32)
+    weights = torch.tensor(token_weights(kept), dtype=torch.float32)
+    fields = {k: t[k] for k in ("prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask")}
+    fields["old_log_probs"] = t["rollout_log_probs"] * mask
+    fields["advantages"] = adv[:, None] * mask
+    fields["rollout_is_weights"] = weights[:, None] * mask
+    return fields, len(rows) - len(kept)
+
+
+def update_meta(rows: int, settings: LearnerSettings, pad_id: int) -> dict[str, Any]:
+    """The non-tensor entries ``train_mini_batch`` and ``ppo_loss`` read: the whole batch is one
+    mini-batch (one optimizer step per epoch), sampling temperature 1 (the recorded logprobs are raw).
+
+    >>> meta = update_meta(12, LearnerSettings(epochs=2), 0)
+    >>> meta["mini_batch_size"], meta["global_batch_size"], meta["epochs"], meta["temperature"]
+    (12, 12, 2, 1.0)
+    """
+    return {
+        "temperature": 1.0,
+        "calculate_entropy": False,
+        "compute_loss": True,
+        "global_batch_size": rows,
+        "mini_batch_size": rows,
+        "epochs": settings.epochs,
+        "seed": settings.seed,
+        "dataloader_kwargs": {"shuffle": False},
+        "pad_token_id": pad_id,
+    }
+
+
+def verl_config(settings: LearnerSettings, model_dir: Path, flash_attn: bool) -> dict[str, dict[str, Any]]:
+    """The learner settings as verl's config sections (``HFModelConfig``, ``FSDPEngineConfig``,
+    ``FSDPOptimizerConfig``, ``FSDPActorConfig`` keyword arguments). Without flash-attn (not in the
+    ``gpu`` extra) the model runs SDPA on padded micro-batches instead of packed sequences."""
+    s = settings
+    engine = {
+        "strategy": "fsdp2",
+        "use_dynamic_bsz": False,
+        "micro_batch_size_per_gpu": s.micro_batch_size,
+        "infer_micro_batch_size_per_gpu": s.micro_batch_size,
+        "use_remove_padding": flash_attn,
+        "use_torch_compile": False,
+        "model_dtype": "fp32",
+        "seed": s.seed,
+    }
+    return {
+        "model": {
+            "path": str(model_dir),
+            "use_remove_padding": flash_attn,
+            "enable_gradient_checkpointing": True,
+            "override_config": {"attn_implementation": "flash_attention_2" if flash_attn else "sdpa"},
+        },
+        "engine": engine,
+        "optim": {"lr": s.lr, "weight_decay": 0.0, "clip_grad": 1.0, "lr_scheduler_type": "constant"},
+        "actor": {
+            "strategy": "fsdp2",
+            "rollout_n": s.group_size,
+            "ppo_mini_batch_size": s.tasks_per_step * s.group_size,
+            "ppo_micro_batch_size_per_gpu": s.micro_batch_size,
+            "use_dynamic_bsz": False,
+            "ppo_epochs": s.epochs,
+            "clip_ratio": s.clip,
+            "clip_ratio_low": s.clip,
+            "clip_ratio_high": s.clip,
+            "loss_agg_mode": "token-sum",
+            "entropy_coeff": 0.0,
+            "use_kl_loss": False,
+            "use_torch_compile": False,
+            "shuffle": False,
+            "data_loader_seed": s.seed,
+        },
+    }
+
+
+def our_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """verl's update metrics under our names; a list (one value per mini-batch) gives its last value,
+    as ``grpo.update`` reports the last epoch.
+
+    >>> our_metrics({"actor/pg_loss": [0.5, 0.25], "actor/pg_clipfrac": [0.0, 0.1], "grad_norm": 2.0, "mfu": 0.3})
+    {'pg_loss': 0.25, 'clip_fraction': 0.1, 'grad_norm': 2.0}
+    """
+    out = {}
+    for name, ours in METRICS.items():
+        if name in metrics and (value := _last(metrics[name])) is not None:
+            out[ours] = value
+    return out
+
+
+def _last(value: Any) -> float | None:
+    while isinstance(value, list | tuple):
+        if not value:
+            return None
+        value = value[-1]
+    if hasattr(value, "aggregate"):  # verl.utils.metric.Metric
+        value = value.aggregate()
+    if isinstance(value, torch.Tensor):
+        value = value.detach().float().mean().item()
+    return float(value)
+
+
+def export_state(params: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype, tied: bool) -> dict[str, torch.Tensor]:
+    """Full parameters as a safetensors state dict on CPU in ``dtype``; a tied ``lm_head.weight`` is
+    left out, as ``save_pretrained`` does."""
+    state = {}
+    for name, tensor in params:
+        if tied and name == "lm_head.weight":
+            continue
+        value = tensor.detach().to("cpu")
+        state[name] = (value.to(dtype) if value.is_floating_point() else value).contiguous()
+    return state
+
+
+def config_dtype(config: Mapping[str, Any]) -> torch.dtype:
+    """The dtype a model directory declares (``dtype`` or ``torch_dtype``); bf16 when it declares none.
+
+    >>> config_dtype({"torch_dtype": "float32"}), config_dtype({"dtype": "bfloat16"}), config_dtype({})
+    (torch.float32, torch.bfloat16, torch.bfloat16)
+    """
+    name = config.get("dtype") or config.get("torch_dtype") or "bfloat16"
+    value = getattr(torch, str(name), None)
+    return value if isinstance(value, torch.dtype) and value.is_floating_point else torch.bfloat16
+
+
+def copy_model_files(source: Path, target: Path) -> None:
+    """Config, generation config, tokenizer and chat template of ``source``, without weights or optimizer."""
+    target.mkdir(parents=True, exist_ok=True)
+    for file in source.iterdir():
+        if file.is_file() and not file.name.endswith(MODEL_FILES):
+            shutil.copy2(file, target / file.name)
+
+
+def join_process_group() -> None:
+    """A process group of one (verl's worker reads these variables and needs ``torch.distributed``):
+    NCCL for CUDA tensors, gloo for CPU ones (the ``verl``-marked test runs the engine on CPU)."""
+    import torch.distributed as dist
+
+    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo", rank=0, world_size=1
+        )
+
+
+class VerlActor:
+    """verl's FSDP2 training engine on one GPU, with verl's PPO loss (see the module docstring)."""
+
+    def __init__(self, settings: LearnerSettings, checkpoint: Path | None = None) -> None:
+        from verl.workers.config import (
+            FSDPActorConfig,
+            FSDPEngineConfig,
+            FSDPOptimizerConfig,
+            HFModelConfig,
+            TrainingWorkerConfig,
+        )
+        from verl.workers.engine_workers import TrainingWorker
+        from verl.workers.utils.losses import ppo_loss
+
+        source = checkpoint or settings.model_dir
+        if source is None:
+            raise ValueError("the learner needs a starting model: set learner.model_dir (a Hugging Face model dir)")
+        self.settings, self.source = settings, Path(source)
+        sections = verl_config(settings, self.source, importlib.util.find_spec("flash_attn") is not None)
+        model = HFModelConfig(**sections["model"])
+        engine = FSDPEngineConfig(**sections["engine"])
+        optim = FSDPOptimizerConfig(**sections["optim"], total_training_steps=settings.steps * settings.epochs)
+        self.actor_config = FSDPActorConfig(**sections["actor"], fsdp_config=engine, optim=optim, model_config=model)
+        join_process_group()
+        worker = TrainingWorkerConfig(
+            model_type="language_model", model_config=model, engine_config=engine, optimizer_config=optim
+        )
+        self.worker = TrainingWorker(worker)
+        self.worker.reset()  # builds the model, FSDP2 wrapping, optimizer and scheduler
+        self.worker.set_loss_fn(partial(ppo_loss, config=self.actor_config))
+        tok = model.tokenizer
+        self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id or 0)
+        self.config = json.loads((self.source / "config.json").read_text())
+        self.last_saved: Path | None = None
+        if checkpoint is not None and (checkpoint / OPTIMIZER).is_file():
+            self._load_optimizer(checkpoint / OPTIMIZER)
+
+    def update(self, rows: Sequence[Row], advantages: Mapping[str, float]) -> dict[str, float]:
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import left_right_2_no_padding
+
+        fields, skipped = update_fields(rows, advantages, self.pad_id)
+        n = fields["input_ids"].shape[0]
+        data = left_right_2_no_padding(tu.get_tensordict(fields, update_meta(n, self.settings, self.pad_id)))
+        output = self.worker.train_mini_batch(data)
+        stats = our_metrics(tu.get(output, "metrics"))
+        stats["tokens"] = float(fields["response_mask"].sum())
+        stats["rows_skipped"] = float(skipped)
+        return stats
+
+    def save(self, run_id: str, step: int) -> tuple[Path, str]:
+        from safetensors.torch import save_file
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        engine = self.worker.engine
+        folder = Path(self.settings.weights_dir) / run_id / f"step-{step}"
+        copy_model_files(self.source, folder)
+        params, _ = engine.get_per_tensor_param()
+        tied = bool(self.config.get("tie_word_embeddings", False))
+        save_file(export_state(params, config_dtype(self.config), tied), folder / WEIGHTS, metadata={"format": "pt"})
+        (folder / WEIGHTS).chmod(0o644)  # save_file writes 0600; servers may run as another user
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        torch.save(get_optimizer_state_dict(engine.module, engine.optimizer, options=options), folder / OPTIMIZER)
+        if self.last_saved is not None and self.last_saved != folder:  # only the newest is resumed from
+            (self.last_saved / OPTIMIZER).unlink(missing_ok=True)
+        self.last_saved = folder
+        return folder / WEIGHTS, weights_sha256(folder / WEIGHTS)
+
+    def _load_optimizer(self, path: Path) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        engine = self.worker.engine
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        set_optimizer_state_dict(engine.module, engine.optimizer, state, options=StateDictOptions(full_state_dict=True))

@@ -13,7 +13,7 @@ against the logprobs recorded at sampling time (``old_log_probs``); per-rollout 
 rollout weighs the same however many rows and tokens it has) through ``loss_agg_mode='token-sum'``
 and per-token weights passed as ``rollout_is_weights`` (which verl's vanilla loss multiplies into the
 per-token loss); one optimizer step per epoch on the whole batch (``mini_batch_size`` = batch),
-gradients accumulated over ``learner.micro_batch_size`` rows at a time. Differences: verl's loss adds
+gradients accumulated over micro-batches of about ``learner.micro_batch_size`` rows. Differences: verl's loss adds
 dual-clip (ratio bound 3 for negative advantages), and its ``pg_clipfrac`` counts tokens where the
 clipped term won, not ``|ratio - 1| > clip``. Training keeps fp32 master weights with bf16 compute
 (verl's default mixed precision); versions are written in the model's own dtype (bf16 for Qwen2.5).
@@ -83,13 +83,15 @@ def update_fields(
     return fields, len(rows) - len(kept)
 
 
-def update_meta(rows: int, settings: LearnerSettings, pad_id: int) -> dict[str, Any]:
+def update_meta(rows: int, longest: int, settings: LearnerSettings, pad_id: int) -> dict[str, Any]:
     """The non-tensor entries ``train_mini_batch`` and ``ppo_loss`` read: the whole batch is one
-    mini-batch (one optimizer step per epoch), sampling temperature 1 (the recorded logprobs are raw).
+    mini-batch (one optimizer step per epoch); micro-batches are packed by tokens, up to
+    ``micro_batch_size`` rows of the longest (verl's fixed-size micro-batches must divide the batch,
+    and a step's row count is whatever the rollouts gave); sampling temperature 1 (raw logprobs).
 
-    >>> meta = update_meta(12, LearnerSettings(epochs=2), 0)
-    >>> meta["mini_batch_size"], meta["global_batch_size"], meta["epochs"], meta["temperature"]
-    (12, 12, 2, 1.0)
+    >>> meta = update_meta(12, 40, LearnerSettings(epochs=2, micro_batch_size=4), 0)
+    >>> meta["mini_batch_size"], meta["global_batch_size"], meta["epochs"], meta["max_token_len_per_gpu"]
+    (12, 12, 2, 160)
     """
     return {
         "temperature": 1.0,
@@ -100,6 +102,8 @@ def update_meta(rows: int, settings: LearnerSettings, pad_id: int) -> dict[str, 
         "epochs": settings.epochs,
         "seed": settings.seed,
         "dataloader_kwargs": {"shuffle": False},
+        "use_dynamic_bsz": True,
+        "max_token_len_per_gpu": settings.micro_batch_size * longest,
         "pad_token_id": pad_id,
     }
 
@@ -111,7 +115,7 @@ def verl_config(settings: LearnerSettings, model_dir: Path, flash_attn: bool) ->
     s = settings
     engine = {
         "strategy": "fsdp2",
-        "use_dynamic_bsz": False,
+        "use_dynamic_bsz": True,  # micro-batches by tokens: see update_meta
         "micro_batch_size_per_gpu": s.micro_batch_size,
         "infer_micro_batch_size_per_gpu": s.micro_batch_size,
         "use_remove_padding": flash_attn,
@@ -133,7 +137,7 @@ def verl_config(settings: LearnerSettings, model_dir: Path, flash_attn: bool) ->
             "rollout_n": s.group_size,
             "ppo_mini_batch_size": s.tasks_per_step * s.group_size,
             "ppo_micro_batch_size_per_gpu": s.micro_batch_size,
-            "use_dynamic_bsz": False,
+            "use_dynamic_bsz": True,
             "ppo_epochs": s.epochs,
             "clip_ratio": s.clip,
             "clip_ratio_low": s.clip,
@@ -256,7 +260,7 @@ class VerlActor:
         tok = model.tokenizer
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id or 0)
         self.config = json.loads((self.source / "config.json").read_text())
-        self.last_saved: Path | None = None
+        self.last_saved: Path | None = checkpoint
         if checkpoint is not None and (checkpoint / OPTIMIZER).is_file():
             self._load_optimizer(checkpoint / OPTIMIZER)
 
@@ -265,8 +269,9 @@ class VerlActor:
         from verl.workers.utils.padding import left_right_2_no_padding
 
         fields, skipped = update_fields(rows, advantages, self.pad_id)
-        n = fields["input_ids"].shape[0]
-        data = left_right_2_no_padding(tu.get_tensordict(fields, update_meta(n, self.settings, self.pad_id)))
+        n, longest = fields["input_ids"].shape[0], int(fields["attention_mask"].sum(dim=1).max())
+        meta = update_meta(n, longest, self.settings, self.pad_id)
+        data = left_right_2_no_padding(tu.get_tensordict(fields, meta))
         output = self.worker.train_mini_batch(data)
         stats = our_metrics(tu.get(output, "metrics"))
         stats["tokens"] = float(fields["response_mask"].sum())

@@ -82,7 +82,7 @@ def test_config_maps_the_learner_settings() -> None:
     assert actor["ppo_micro_batch_size_per_gpu"] == engine["micro_batch_size_per_gpu"] == 4
     assert actor["loss_agg_mode"] == "token-sum" and actor["use_kl_loss"] is False
     assert optim["lr"] == 3e-6 and optim["weight_decay"] == 0.0 and optim["clip_grad"] == 1.0
-    assert engine["strategy"] == "fsdp2" and engine["seed"] == 7 and engine["use_dynamic_bsz"] is False
+    assert engine["strategy"] == "fsdp2" and engine["seed"] == 7 and engine["use_dynamic_bsz"] is True
     assert model["path"] == "/models/qwen" and model["override_config"]["attn_implementation"] == "sdpa"
     assert model["use_remove_padding"] is False
     packed = verl_config(s, Path("/m"), flash_attn=True)

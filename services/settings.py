@@ -382,7 +382,8 @@ class LearnerSettings(BaseModel):
     FSDP2 engine on one CUDA GPU, any Hugging Face causal LM in ``model_dir``; needs
     ``pip install 'voltbus[gpu]'``, see docs/learning.md "The GPU path")."""
     micro_batch_size: int = Field(default=8, ge=1)
-    """verl backend: rows per forward/backward pass on the GPU (gradients accumulate over the batch)."""
+    """verl backend: rows per forward/backward pass on the GPU, counted in tokens (a micro-batch holds up
+    to this many times the batch's longest row); gradients accumulate over the whole batch."""
 
     @field_validator("inference_urls", mode="before")
     @classmethod

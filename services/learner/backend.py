@@ -13,11 +13,9 @@ GPU_HINT = "pip install 'voltbus[gpu]' (verl 0.9.1, vLLM 0.24.0, torch 2.11.0) o
 
 def check_backend(settings: LearnerSettings) -> None:
     """Fail now, saying what to install, when ``settings.backend`` cannot run here: ``verl`` needs
-    verl and a device verl's platform can train on (a CUDA GPU), and has no KL term yet."""
+    verl and a device verl's platform can train on (a CUDA GPU)."""
     if settings.backend == "torch":
         return
-    if settings.kl_coef > 0:
-        raise LearnerError("learner.backend 'verl' has no KL term to a reference model yet: set learner.kl_coef to 0")
     if importlib.util.find_spec("verl") is None:
         raise LearnerError(f"learner.backend 'verl' needs verl, which is not installed: {GPU_HINT}")
     from verl.plugin.platform.platform_manager import get_platform

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
-import socket
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -144,12 +142,25 @@ def verl_config(settings: LearnerSettings, model_dir: Path, flash_attn: bool) ->
             "clip_ratio_high": s.clip,
             "loss_agg_mode": "token-sum",
             "entropy_coeff": 0.0,
-            "use_kl_loss": False,
+            "use_kl_loss": s.kl_coef > 0,
+            "kl_loss_coef": s.kl_coef,  # per step: kl_coefficient
+            "kl_loss_type": "low_var_kl",  # k3, as grpo.py
             "use_torch_compile": False,
             "shuffle": False,
             "data_loader_seed": s.seed,
         },
     }
+
+
+def kl_coefficient(settings: LearnerSettings, tokens: float) -> float:
+    """verl's ``kl_loss_coef`` for a step: with ``token-sum`` its KL term is summed over the sampled
+    tokens, so ``kl_coef / tokens`` makes it ``kl_coef`` times the token mean of the k3 estimator
+    (``grpo.py`` takes the per-rollout mean: equal when rollouts have equal token counts).
+
+    >>> kl_coefficient(LearnerSettings(kl_coef=0.1), 50.0)
+    0.002
+    """
+    return settings.kl_coef / max(tokens, 1.0)
 
 
 def our_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -209,54 +220,26 @@ def copy_model_files(source: Path, target: Path) -> None:
             shutil.copy2(file, target / file.name)
 
 
-def join_process_group() -> None:
-    """A process group of one (verl's worker reads these variables and needs ``torch.distributed``):
-    NCCL for CUDA tensors, gloo for CPU ones (the ``verl``-marked test runs the engine on CPU)."""
-    import torch.distributed as dist
-
-    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}.items():
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    if "MASTER_PORT" not in os.environ:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
-    if not dist.is_initialized():
-        dist.init_process_group(
-            backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo", rank=0, world_size=1
-        )
-
-
 class VerlActor:
     """verl's FSDP2 training engine on one GPU, with verl's PPO loss (see the module docstring)."""
 
     def __init__(self, settings: LearnerSettings, checkpoint: Path | None = None) -> None:
-        from verl.workers.config import (
-            FSDPActorConfig,
-            FSDPEngineConfig,
-            FSDPOptimizerConfig,
-            HFModelConfig,
-            TrainingWorkerConfig,
-        )
-        from verl.workers.engine_workers import TrainingWorker
-        from verl.workers.utils.losses import ppo_loss
+        from verl.workers.config import FSDPActorConfig
+
+        from .verl_engine import Reference, build_worker
 
         source = checkpoint or settings.model_dir
         if source is None:
             raise ValueError("the learner needs a starting model: set learner.model_dir (a Hugging Face model dir)")
         self.settings, self.source = settings, Path(source)
-        sections = verl_config(settings, self.source, importlib.util.find_spec("flash_attn") is not None)
-        model = HFModelConfig(**sections["model"])
-        engine = FSDPEngineConfig(**sections["engine"])
-        optim = FSDPOptimizerConfig(**sections["optim"], total_training_steps=settings.steps * settings.epochs)
-        self.actor_config = FSDPActorConfig(**sections["actor"], fsdp_config=engine, optim=optim, model_config=model)
-        join_process_group()
-        worker = TrainingWorkerConfig(
-            model_type="language_model", model_config=model, engine_config=engine, optimizer_config=optim
-        )
-        self.worker = TrainingWorker(worker)
-        self.worker.reset()  # builds the model, FSDP2 wrapping, optimizer and scheduler
-        self.worker.set_loss_fn(partial(ppo_loss, config=self.actor_config))
+        self.sections = verl_config(settings, self.source, importlib.util.find_spec("flash_attn") is not None)
+        self.worker, model = build_worker(self.sections, total_steps=settings.steps * settings.epochs)
+        self.actor_kwargs = self.sections["actor"]  # the loss's config (the engine has its own)
+        self.loss_config = FSDPActorConfig(**self.actor_kwargs)
+        self.reference = None
+        if settings.kl_coef > 0 and settings.model_dir is not None:  # the KL is to the starting policy
+            flash = self.sections["model"]["use_remove_padding"]
+            self.reference = Reference(verl_config(settings, Path(settings.model_dir), flash))
         tok = model.tokenizer
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id or 0)
         self.config = json.loads((self.source / "config.json").read_text())
@@ -266,15 +249,25 @@ class VerlActor:
 
     def update(self, rows: Sequence[Row], advantages: Mapping[str, float]) -> dict[str, float]:
         from verl.utils import tensordict_utils as tu
+        from verl.workers.config import FSDPActorConfig
+        from verl.workers.utils.losses import ppo_loss
         from verl.workers.utils.padding import left_right_2_no_padding
 
         fields, skipped = update_fields(rows, advantages, self.pad_id)
         n, longest = fields["input_ids"].shape[0], int(fields["attention_mask"].sum(dim=1).max())
         meta = update_meta(n, longest, self.settings, self.pad_id)
-        data = left_right_2_no_padding(tu.get_tensordict(fields, meta))
-        output = self.worker.train_mini_batch(data)
-        stats = our_metrics(tu.get(output, "metrics"))
-        stats["tokens"] = float(fields["response_mask"].sum())
+        tokens = float(fields["response_mask"].sum())
+        config = self.loss_config
+        if self.reference is not None:
+            fields["ref_log_prob"] = self.reference.log_probs(fields, meta)
+            config = FSDPActorConfig(**{**self.actor_kwargs, "kl_loss_coef": kl_coefficient(self.settings, tokens)})
+        self.worker.set_loss_fn(partial(ppo_loss, config=config))
+        output = self.worker.train_mini_batch(left_right_2_no_padding(tu.get_tensordict(fields, meta)))
+        verl = tu.get(output, "metrics")
+        stats = our_metrics(verl)
+        if self.reference is not None and (kl := _last(verl.get("kl_loss"))) is not None:
+            stats["kl_ref"] = kl / max(tokens, 1.0)
+        stats["tokens"] = tokens
         stats["rows_skipped"] = float(skipped)
         return stats
 

@@ -81,6 +81,8 @@ def test_config_maps_the_learner_settings() -> None:
     assert actor["ppo_epochs"] == 2 and actor["rollout_n"] == 5 and actor["ppo_mini_batch_size"] == 15
     assert actor["ppo_micro_batch_size_per_gpu"] == engine["micro_batch_size_per_gpu"] == 4
     assert actor["loss_agg_mode"] == "token-sum" and actor["use_kl_loss"] is False
+    kl = verl_config(s.model_copy(update={"kl_coef": 0.05}), Path("/m"), flash_attn=False)["actor"]
+    assert kl["use_kl_loss"] is True and kl["kl_loss_coef"] == 0.05 and kl["kl_loss_type"] == "low_var_kl"
     assert optim["lr"] == 3e-6 and optim["weight_decay"] == 0.0 and optim["clip_grad"] == 1.0
     assert engine["strategy"] == "fsdp2" and engine["seed"] == 7 and engine["use_dynamic_bsz"] is True
     assert model["path"] == "/models/qwen" and model["override_config"]["attn_implementation"] == "sdpa"
@@ -139,11 +141,6 @@ def test_torch_is_the_default_backend(policy_dir: Path, tmp_path: Path) -> None:
     assert stats["tokens"] == 5.0 and {"loss", "clip_fraction", "grad_norm"} <= set(stats)
     weights, sha = actor.save("run", 0)
     assert weights == tmp_path / "run" / "step-0" / "model.safetensors" and len(sha) == 64
-
-
-def test_verl_backend_without_kl_support_is_refused_first() -> None:
-    with pytest.raises(LearnerError, match="kl_coef"):
-        check_backend(LearnerSettings(backend="verl", kl_coef=0.1))
 
 
 @pytest.mark.skipif(HAS_VERL, reason="verl is installed here: the missing-verl message cannot show")

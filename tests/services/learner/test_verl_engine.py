@@ -13,7 +13,7 @@ from voltbus.services.settings import NatsSettings
 
 pytest.importorskip("verl", reason="needs verl 0.9.1 (pip install 'voltbus[gpu]', or the CPU venv in docs/learning.md)")
 
-from .verl_checks import check_loop, check_resume, check_update  # noqa: E402
+from .verl_checks import check_kl, check_loop, check_resume, check_update  # noqa: E402
 from .verl_cpu import use_cpu_if_no_gpu  # noqa: E402
 
 pytestmark = pytest.mark.verl
@@ -26,6 +26,10 @@ def test_one_update_raises_the_positive_response(policy_dir: Path, tmp_path: Pat
 
 def test_a_saved_version_resumes_with_its_optimizer(policy_dir: Path, tmp_path: Path) -> None:
     check_resume(policy_dir, tmp_path)
+
+
+def test_the_kl_term_uses_the_starting_policy(policy_dir: Path, tmp_path: Path) -> None:
+    check_kl(policy_dir, tmp_path)
 
 
 @pytest.mark.timeout(300)

@@ -17,7 +17,7 @@ pytestmark = [
 ]
 pytest.importorskip("verl", reason="needs verl 0.9.1: pip install 'voltbus[gpu]'")
 
-from .verl_checks import check_loop, check_resume, check_update  # noqa: E402
+from .verl_checks import check_kl, check_loop, check_resume, check_update  # noqa: E402
 
 HF_MODEL = os.environ.get("VOLTBUS_TEST_HF_MODEL")
 
@@ -28,6 +28,10 @@ def test_one_update_raises_the_positive_response(policy_dir: Path, tmp_path: Pat
 
 def test_a_saved_version_resumes_with_its_optimizer(policy_dir: Path, tmp_path: Path) -> None:
     check_resume(policy_dir, tmp_path)
+
+
+def test_the_kl_term_uses_the_starting_policy(policy_dir: Path, tmp_path: Path) -> None:
+    check_kl(policy_dir, tmp_path)
 
 
 @pytest.mark.timeout(300)

@@ -85,6 +85,20 @@ def check_resume(model_dir: Path, tmp_path: Path) -> None:
     assert (again.parent / OPTIMIZER).is_file()
 
 
+def check_kl(model_dir: Path, tmp_path: Path) -> None:
+    """With ``kl_coef``, the reference engine gives the starting policy's logprobs: the KL is about 0 on
+    the first update (the policy is the reference) and grows once the policy moved."""
+    settings = LearnerSettings(
+        model_dir=model_dir, weights_dir=tmp_path, lr=1e-3, kl_coef=0.5, micro_batch_size=2, backend="verl"
+    )
+    rows = rows_recorded_by(model_dir)
+    actor = VerlActor(settings)
+    first = actor.update(rows, ADVANTAGES)
+    second = actor.update(rows, ADVANTAGES)
+    assert abs(first["kl_ref"]) < 1e-3 and second["kl_ref"] > 10 * max(abs(first["kl_ref"]), 1e-6), (first, second)
+    assert second["loss"] != second["pg_loss"]  # the KL term is in the loss
+
+
 def check_loop(nats_settings: NatsSettings, model_dir: Path, tmp_path: Path) -> None:
     """The learner loop with backend verl through the whole system: steps recorded with verl's metrics,
     each version published from the file VerlActor saved."""

@@ -1,5 +1,5 @@
 """Rows → verl's batch tensors on CPU: padding sides, positions, masks, logprobs, score placement, and the
-over-long / empty cases counted; building a real DataProto needs verl (gpu marker)."""
+over-long / empty cases counted; building a real DataProto needs verl (verl marker)."""
 
 from __future__ import annotations
 
@@ -37,16 +37,16 @@ def test_padding_positions_masks_and_scores() -> None:
     assert batch.counts == {"empty_responses": 1, "truncated": 1, "overlong_prompts": 1}
 
 
-@pytest.mark.skipif(importlib.util.find_spec("verl") is not None, reason="verl is installed: the gpu test covers it")
+@pytest.mark.skipif(importlib.util.find_spec("verl") is not None, reason="verl is installed: the verl test covers it")
 def test_without_verl_the_dataproto_step_says_what_to_install() -> None:
     batch = to_verl_batch(ROWS[:1], {"r1": 1.0}, {"r1": "t"}, PAD, 4, 3)
     with pytest.raises(ImportError, match=r"install voltbus\[gpu\]"):
         to_dataproto(batch)
 
 
-@pytest.mark.gpu
+@pytest.mark.verl
 def test_dataproto_with_verl() -> None:
-    pytest.importorskip("verl", reason="verl is not installed (voltbus[gpu] on a CUDA machine)")
+    pytest.importorskip("verl", reason="verl is not installed (voltbus[gpu], or the CPU venv of .ci/verl)")
     batch = to_verl_batch(ROWS[:2], {"r1": 1.0, "r2": 0.0}, {"r1": "t", "r2": "t"}, PAD, 8, 4)
     proto = to_dataproto(batch)
     assert proto.batch["responses"].shape == (2, 4) and list(proto.non_tensor_batch["uid"]) == ["t", "t"]

@@ -26,10 +26,11 @@ import pyarrow as pa
 from voltbus.services.settings import Settings
 from voltbus.store import connect
 
+from .actor import load_actor
+from .backend import check_backend
 from .batch import prepare
-from .grpo import group_advantages, update
+from .grpo import group_advantages
 from .loop import GRPO
-from .policy import Policy
 from .session import LearnerError, Session, new_run_id
 
 SQL = (Path(__file__).parent / "offline_rows.sql").read_text()
@@ -72,6 +73,7 @@ async def train_offline(
 ) -> dict[str, Any]:
     """Train a new run on the selection; returns its id, the dataset hash and the per-step metrics."""
     s = settings.learner
+    check_backend(s)  # a missing verl or GPU fails before anything is read or recorded
     run_id = s.run_id or new_run_id()
     store = await connect(settings=settings.nats, name="voltbus-learner-offline")
     session = Session(store, run_id, settings.projector.url)
@@ -89,7 +91,7 @@ async def train_offline(
         history = await session.open("grpo-offline", {**s.model_dump(mode="json"), **config})
         if history.completed:
             raise LearnerError(f"run {run_id} already has steps; offline runs are not resumed: use a new run id")
-        policy = Policy.load(s)
+        actor = await asyncio.to_thread(load_actor, s)  # learner.backend: CPU torch or verl
         advantages = group_advantages(data.rewards, data.groups)
         order = list(data.rewards)
         random.Random(s.seed).shuffle(order)
@@ -98,11 +100,8 @@ async def train_offline(
         curve, published = [], None
         for step, chosen in enumerate(batches):
             rows = [r for r in data.rows if r.rollout_id in chosen]
-            stats = await asyncio.to_thread(
-                update, policy.model, policy.optimizer, rows, advantages, policy.tok.pad_token_id,
-                epochs=s.epochs, clip=s.clip, ref_model=policy.reference, kl_coef=s.kl_coef,
-            )  # fmt: skip
-            weights, sha = await asyncio.to_thread(policy.save, run_id, step)
+            stats = await asyncio.to_thread(actor.update, rows, advantages)
+            weights, sha = await asyncio.to_thread(actor.save, run_id, step)
             await session.checkpoint(step, str(weights.parent), sha)
             if step == len(batches) - 1:
                 published = await GRPO(s).publish(session, weights, sha)

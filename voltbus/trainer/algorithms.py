@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from voltbus.services.learner.backend import check_backend
 from voltbus.services.learner.evaluate import evaluate, validate
 from voltbus.services.learner.session import Session, new_run_id
 from voltbus.services.settings import LearnerSettings, Settings
@@ -41,7 +42,7 @@ class GRPO:
 
     def __init__(self, **settings: Any) -> None:
         self.overrides = dict(settings)
-        LearnerSettings(**self.overrides)  # fail here, not after the system started, on a bad setting
+        check_backend(LearnerSettings(**self.overrides))  # a bad setting, or verl missing, fails here
         self.result: dict[str, Any] = {}
 
     async def fit(self, trainer: Trainer, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:

@@ -159,3 +159,11 @@ def test_learner_command_with_verl_missing_fails_at_start(tmp_path: Path) -> Non
     assert done.returncode == 1, done.stderr
     [line] = [x for x in done.stderr.splitlines() if x.strip()]  # one line, before any connection attempt
     assert line.startswith("voltbus: error: learner.backend 'verl' needs verl") and "voltbus[gpu]" in line
+
+
+@pytest.mark.skipif(HAS_VERL, reason="verl is installed here: the missing-verl message cannot show")
+def test_trainer_api_refuses_the_verl_backend_when_it_is_built() -> None:
+    from voltbus.trainer import GRPO
+
+    with pytest.raises(LearnerError, match=r"pip install 'voltbus\[gpu\]'"):
+        GRPO(backend="verl", steps=1)  # before Trainer.fit starts a bus and a system

@@ -6,8 +6,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from voltbus.services.eventlog import BadEvent, Envelope, EventLog
+from voltbus.services.eventlog import BadEvent, Envelope, EventLog, Feed
 
+from . import lean
 from .projector import STREAMS, Projector
 from .rewind import Divergence, Guard
 
@@ -35,6 +36,14 @@ async def ends_at(log_: EventLog, to_seq: int | None = None, to_time: float | No
     return ends
 
 
+def projector_feed(log_: EventLog, stream: str) -> Feed:
+    """A feed of ``stream``; the spans feed decodes with the projector's lean decoder."""
+    feed = log_.feed(stream)  # type: ignore[arg-type]
+    if stream == "spans":
+        feed.decode = lean.decode_spans
+    return feed
+
+
 async def project(
     projector: Projector,
     log_: EventLog,
@@ -52,7 +61,7 @@ async def project(
         if end is not None and projector.positions[stream] >= end:
             return
         guard = Guard(log_, projector, stream)
-        feed = await log_.feed(stream).open(projector.positions[stream] + 1)
+        feed = await projector_feed(log_, stream).open(projector.positions[stream] + 1)
         held: list[Envelope | BadEvent] = []
         try:
             while not (stop and stop.is_set()) and stream not in projector.diverged:
@@ -69,7 +78,7 @@ async def project(
                         async with lock:
                             await guard.react(found)
                         await feed.close()  # go on after the checkpoint, dropping what was taken
-                        feed = await log_.feed(stream).open(projector.positions[stream] + 1)
+                        feed = await projector_feed(log_, stream).open(projector.positions[stream] + 1)
                         guard.seen = (feed.subscriptions, guard.seen[1])
                         continue
                 if items:

@@ -16,13 +16,14 @@ import duckdb
 import msgspec
 import pyarrow as pa
 
+from voltbus.schemas.errors import DecodeError
 from voltbus.schemas.subjects import aggregate_of
 from voltbus.services.eventlog import BadEvent, Envelope
 from voltbus.services.lifecycle import RolloutState, decider
 
-from . import blocks, training
+from . import blocks, lean, training
 from .adapter import AdapterSettings
-from .rows import Row, activity_key, control_row, rollout_rows, telemetry_row
+from .rows import ARROW, Row, activity_key, control_row, rollout_rows, telemetry_row
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,18 @@ class Projector:
         self.con.close()
 
     def apply(self, stream: str, items: list[Envelope | BadEvent]) -> None:
-        """Apply one batch of ``stream`` and move its checkpoint, atomically; already applied items are skipped."""
+        """Apply one batch of ``stream`` and move its checkpoint, atomically; already applied items are skipped.
+
+        A batch with lean events (see lean.py) that DuckDB refuses is applied again, decoded strictly."""
+        try:
+            self._apply(stream, items)
+        except duckdb.Error as exc:
+            if not any(isinstance(i, Envelope) and lean.is_lean(i.event) for i in items):
+                raise
+            log.warning("batch of %s refused (%s): applying it again, decoded strictly", stream, exc)
+            self._apply(stream, [_strict(i) for i in items])
+
+    def _apply(self, stream: str, items: list[Envelope | BadEvent]) -> None:
         items = [i for i in items if i.seq > self.positions[stream]]
         if not items:
             return
@@ -180,6 +192,11 @@ class Projector:
         elif (row := control_row(env)) is not None:
             rows[row[0]].append(row[1])
 
+    def arrow(self, name: str, rows: list[Row]) -> pa.Table:
+        """A block's rows as an Arrow table: the block's fixed schema (rows.ARROW) or inferred types."""
+        schema = ARROW.get(name)
+        return pa.Table.from_pylist(rows, schema=schema) if schema is not None else pa.Table.from_pylist(rows)
+
     def _commit(
         self, rows: dict[str, list[Row]], checkpoint: tuple[str, int, float], attempts: list[tuple[str, str]]
     ) -> None:
@@ -192,7 +209,7 @@ class Projector:
                     continue
                 if name in KEYS:
                     block_rows = list({tuple(r[k] for k in KEYS[name]): r for r in block_rows}.values())
-                self.con.register("batch", pa.Table.from_pylist(block_rows))
+                self.con.register("batch", self.arrow(name, block_rows))
                 self.con.execute(self.blocks[name].sql)
                 self.con.unregister("batch")
             training.refresh(self.con, self.blocks, attempts, self.states, self.adapter)
@@ -201,6 +218,15 @@ class Projector:
             self.con.rollback()
             self._load()  # in-memory folds went ahead of the database: take them back
             raise
+
+
+def _strict(item: Envelope | BadEvent) -> Envelope | BadEvent:
+    if not isinstance(item, Envelope) or not lean.is_lean(item.event):
+        return item
+    try:
+        return msgspec.structs.replace(item, event=lean.strict(item.event))
+    except DecodeError as exc:
+        return BadEvent(seq=item.seq, subject=item.subject, data=item.event.stored, reason=exc.reason, time=item.time)
 
 
 def _parked(stream: str, seq: int, subject: str, reason: str, data: bytes | None) -> Row:

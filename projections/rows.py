@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import pyarrow as pa
 
 from voltbus.schemas.gateway import GatewayPaused, GatewayResumed
 from voltbus.schemas.resources import ResourcesPublished
@@ -18,9 +19,43 @@ from voltbus.schemas.workers import WorkerStatusReported
 from voltbus.services.eventlog import Envelope
 from voltbus.services.lifecycle import RolloutState
 
+from .lean import LeanModelCalled
+
 Row = dict[str, Any]
 
 _encode = msgspec.json.Encoder().encode
+
+
+_TEXT, _F64, _I64, _I32 = pa.string(), pa.float64(), pa.int64(), pa.int32()
+ARROW: dict[str, pa.Schema] = {
+    "SpanRecorded": pa.schema(
+        [("seq", _I64)]
+        + [(c, _TEXT) for c in ("event_id", "rollout_id", "attempt_id")]
+        + [("sequence_id", _I32)]
+        + [(c, _TEXT) for c in ("trace_id", "span_id", "parent_id", "name")]
+        + [("start_time", _F64), ("end_time", _F64)]
+        + [(c, _TEXT) for c in ("status_code", "status_description", "attributes", "events", "resource_attributes")]
+    ),
+    "ModelCalled": pa.schema(
+        [("seq", _I64)]
+        + [(c, _TEXT) for c in ("event_id", "rollout_id", "attempt_id", "call_id", "resources_id", "model")]
+        + [(c, _TEXT) for c in ("request", "response", "prompt_ids", "response_ids", "logprobs")]
+        + [("latency_s", _F64), ("prompt_tokens", _I32), ("completion_tokens", _I32), ("total_tokens", _I32)]
+        + [("status", _TEXT), ("error", _TEXT), ("recorded_at", _F64), ("finish_reason", _TEXT)]
+        + [("http_status", _I32), ("upstream", _TEXT), ("retries", _I32), ("rewritten", pa.list_(_TEXT))]
+        + [("streamed", pa.bool_()), ("mode", _TEXT), ("choices", _TEXT)]
+    ),
+    "RewardReported": pa.schema(
+        [("seq", _I64)]
+        + [(c, _TEXT) for c in ("event_id", "rollout_id", "attempt_id")]
+        + [("value", _F64), ("dimensions", _TEXT), ("primary_key", _TEXT), ("call_id", _TEXT), ("recorded_at", _F64)]
+    ),
+    "activity_rows": pa.schema(
+        [("rollout_id", _TEXT), ("attempt_id", _TEXT), ("last_seen", _F64), ("events", _I64), ("last_seq", _I64)]
+    ),
+}
+"""Arrow types of the busiest blocks' rows (the table's column types; number lists as JSON text), so that
+no batch pays for type inference. Other blocks' types are inferred."""
 
 
 def json_text(value: object) -> str:
@@ -30,6 +65,15 @@ def json_text(value: object) -> str:
     '{"a":[1,2]}'
     """
     return _encode(value).decode()
+
+
+def list_text(value: msgspec.Raw | list[Any]) -> str:
+    """A number list as JSON text for the ModelCalled block (a lean event's text as stored).
+
+    >>> list_text([1, 2]), list_text(msgspec.Raw(b"[3]"))
+    ('[1,2]', '[3]')
+    """
+    return bytes(value).decode() if isinstance(value, msgspec.Raw) else json_text(value)
 
 
 def telemetry_row(env: Envelope) -> tuple[str, Row] | None:
@@ -55,7 +99,7 @@ def telemetry_row(env: Envelope) -> tuple[str, Row] | None:
                 "events": json_text(e.events),
                 "resource_attributes": json_text(e.resource_attributes),
             }
-        case ModelCalled():
+        case ModelCalled() | LeanModelCalled():
             return "ModelCalled", {
                 "seq": seq,
                 "event_id": e.event_id,
@@ -66,9 +110,9 @@ def telemetry_row(env: Envelope) -> tuple[str, Row] | None:
                 "model": e.model,
                 "request": bytes(e.request).decode(),
                 "response": bytes(e.response).decode(),
-                "prompt_ids": e.prompt_ids,
-                "response_ids": e.response_ids,
-                "logprobs": e.logprobs,
+                "prompt_ids": list_text(e.prompt_ids),
+                "response_ids": list_text(e.response_ids),
+                "logprobs": list_text(e.logprobs),
                 "latency_s": e.latency_s,
                 "prompt_tokens": e.usage.prompt_tokens,
                 "completion_tokens": e.usage.completion_tokens,
@@ -115,10 +159,13 @@ def gateway_row(e: GatewayPaused | GatewayResumed, seq: int) -> Row:
     }
 
 
+_SIGNS_OF_LIFE = (SpanRecorded, ModelCalled, LeanModelCalled, RewardReported, AttemptHeartbeatSent)
+
+
 def activity_key(env: Envelope) -> tuple[str, str] | None:
     """(rollout, attempt) of a sign of life on the spans stream."""
     e = env.event
-    if isinstance(e, SpanRecorded | ModelCalled | RewardReported | AttemptHeartbeatSent):
+    if isinstance(e, _SIGNS_OF_LIFE):
         return e.rollout_id, e.attempt_id
     return None
 

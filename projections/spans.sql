@@ -72,8 +72,12 @@ CREATE TABLE IF NOT EXISTS attempt_activity (
 INSERT INTO spans BY NAME SELECT * FROM batch;
 
 -- name: ModelCalled
--- Append one row per model call, with its token ids and logprobs.
-INSERT INTO model_calls BY NAME SELECT * FROM batch;
+-- Append one row per model call, with its token ids and logprobs (JSON text in the batch, checked here).
+INSERT INTO model_calls BY NAME SELECT * REPLACE (
+    from_json_strict(prompt_ids, '["INTEGER"]') AS prompt_ids,
+    from_json_strict(response_ids, '["INTEGER"]') AS response_ids,
+    from_json_strict(logprobs, '["DOUBLE"]') AS logprobs
+) FROM batch;
 
 -- name: RewardReported
 -- Append one row per reward.

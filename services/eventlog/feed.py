@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
@@ -21,14 +22,39 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from voltbus.schemas.codec import AnyEvent
+from voltbus.schemas.errors import DecodeError
 
 from .records import BadEvent, Envelope
-from .replay import BUFFER, _item
+from .replay import BUFFER
 
 log = logging.getLogger(__name__)
 
 STALL_S = 1.0
 """Idle time after which a feed checks whether the stream moved on without it."""
+
+
+def position(msg: Msg) -> tuple[int, float]:
+    """A delivered message's stream sequence and stored time (to the microsecond, as ``msg.metadata``
+    gives it), read straight from its reply subject: ``msg.metadata`` builds two dataclasses per message.
+
+    >>> position(Msg(None, reply="$JS.ACK.S.c.1.42.7.1767225600123456789.0"))  # type: ignore[arg-type]
+    (42, 1767225600.123457)
+    >>> position(Msg(None, reply="$JS.ACK._.acc.S.c.1.43.8.1767225600500000000.0.tok"))  # type: ignore[arg-type]
+    (43, 1767225600.5)
+    """
+    tokens = msg.reply.split(".")
+    if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
+        return int(tokens[5]), dt.datetime.fromtimestamp(int(tokens[7]) / 1e9, dt.UTC).timestamp()  # as metadata
+    meta = msg.metadata  # the newer form with domain and account; it checks the prefix too
+    return meta.sequence.stream, meta.timestamp.timestamp()
+
+
+def _item(msg: Msg, decode: Callable[[bytes], AnyEvent]) -> Envelope | BadEvent:
+    seq, stored = position(msg)
+    try:
+        return Envelope(seq=seq, subject=msg.subject, time=stored, event=decode(msg.data))
+    except DecodeError as exc:
+        return BadEvent(seq=seq, subject=msg.subject, data=msg.data, reason=exc.reason, time=stored)
 
 
 class Feed:

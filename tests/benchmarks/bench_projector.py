@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import statistics
 import tempfile
@@ -62,9 +61,9 @@ from tests.benchmarks.bench_eventlog import (
 )
 from tests.schemas.samples import SAMPLES
 from voltbus.projections import blocks
-from voltbus.projections.follow import ends_at, project
+from voltbus.projections.follow import ends_at, project, projector_feed
 from voltbus.projections.projector import Projector
-from voltbus.projections.rows import Row
+from voltbus.projections.rows import ARROW, Row
 from voltbus.schemas import codec, derive_id
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.rollouts import AttemptClaimed
@@ -202,13 +201,23 @@ async def fill(b: Bench, options: Options) -> Stored:
     assert ends == {"control": len(control), "spans": len(spans)}, ends
     batches, seconds = {}, {}
     for stream in ("control", "spans"):
-        envelopes: list[Envelope] = []
-        async with contextlib.aclosing(log.replay(stream)) as items:  # type: ignore[arg-type]
-            async for item in items:
-                assert isinstance(item, Envelope), item
-                envelopes.append(item)
+        envelopes = await read_all(log, stream, ends[stream])
         batches[stream], seconds[stream] = capture(stream, envelopes, options.batch)
     return Stored(log, ends, sizes(control[:1] + control[-1:] + spans[: TURNS * 2 + 1]), batches, seconds)
+
+
+async def read_all(log: EventLog, stream: str, end: int) -> list[Envelope]:
+    """Every event of ``stream`` as the projector's feed decodes it (spans: lean.py)."""
+    feed = await projector_feed(log, stream).open(1)
+    envelopes: list[Envelope] = []
+    try:
+        while len(envelopes) < end:
+            for item in await feed.batch(5000, 1.0, to_seq=end):
+                assert isinstance(item, Envelope), item
+                envelopes.append(item)
+    finally:
+        await feed.close()
+    return envelopes
 
 
 class Capture(Projector):
@@ -318,7 +327,8 @@ async def vb_rebuild(stored: Stored, files: Files, batch: int) -> Run:
 
 
 def raw_insert(stored: Stored, files: Files, streams: Sequence[str]) -> Run:
-    """The captured rows of ``streams`` into a fresh file: per batch one transaction, Arrow + the table's SQL."""
+    """The captured rows of ``streams`` into a fresh file: per batch one transaction, Arrow (the projector's
+    fixed schemas where it has them) + the table's SQL."""
     path = files.new("raw")
     schemas, named = blocks.load()
     con = duckdb.connect(str(path))
@@ -331,7 +341,7 @@ def raw_insert(stored: Stored, files: Files, streams: Sequence[str]) -> Run:
             for rows in stored.batches[stream]:
                 con.begin()
                 for name, block_rows in rows.items():
-                    con.register("batch", pa.Table.from_pylist(block_rows))
+                    con.register("batch", pa.Table.from_pylist(block_rows, schema=ARROW.get(name)))
                     con.execute(named[name].sql)
                     con.unregister("batch")
                 con.commit()
@@ -351,7 +361,7 @@ async def raw_project(stored: Stored, files: Files, streams: Sequence[str]) -> R
 async def feed_only(stored: Stored, stream: str, batch: int) -> Run:
     """Diagnostic: the voltbus read path alone (Feed.batch: ordered consumer, queue, metadata, decode)."""
     end = stored.ends[stream]
-    feed = await stored.log.feed(stream).open(1)  # type: ignore[arg-type]
+    feed = await projector_feed(stored.log, stream).open(1)
     count = 0
     try:
         start = time.perf_counter()

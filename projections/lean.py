@@ -1,0 +1,106 @@
+"""The projector's decoder of the spans stream: a ModelCalled's token ids and logprobs stay JSON text.
+
+Decoding 256 + 128 token ids and 128 logprobs into Python objects is most of the cost of reading a
+model call (~25 of ~29 µs), and turning them into Arrow lists costs as much again. The projector only
+stores them, so :func:`decode_spans` keeps them as :class:`msgspec.Raw` text (everything else is
+decoded and checked as usual) and DuckDB turns the text into ``INTEGER[]`` / ``DOUBLE[]`` columns in
+the ModelCalled block (``from_json_strict``).
+
+The text is taken only if it is plainly a list of numbers (:func:`plain_numbers`); anything else is
+decoded by the strict codec, so a wrong value is refused with the codec's reason and its message goes
+to quarantine exactly as before. If DuckDB still refuses a batch (a nested list), the projector applies
+it again with every lean event decoded strictly from its stored message (:func:`strict`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from voltbus.schemas import codec
+from voltbus.schemas.base import Event
+from voltbus.schemas.spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanEvent, SpanRecorded
+
+LISTS = {"prompt_ids": False, "response_ids": False, "logprobs": True}
+"""ModelCalled fields kept as JSON text, with whether they hold floats (else integers)."""
+_EMPTY = msgspec.Raw(b"[]")
+_SPACE = b" \t\r\n"
+_INT_CHARS = b"0123456789,-[]" + _SPACE
+_FLOAT_CHARS = _INT_CHARS + b".+"
+_BIG_EXPONENT = re.compile(rb"[eE][+-]?0*[1-9]\d\d")
+
+
+def _lean_fields() -> list[tuple[Any, ...]]:
+    fields: list[tuple[Any, ...]] = [("stored", bytes, msgspec.field(default=b"", name="voltbus:stored"))]
+    for f in msgspec.structs.fields(ModelCalled):
+        if f.name in ("event_id", "schema_version"):  # from the Event base
+            continue
+        if f.name in LISTS:
+            fields.append((f.name, msgspec.Raw, _EMPTY))
+        elif f.default is not msgspec.NODEFAULT:
+            fields.append((f.name, f.type, f.default))
+        elif f.default_factory is not msgspec.NODEFAULT:
+            fields.append((f.name, f.type, msgspec.field(default_factory=f.default_factory)))
+        else:
+            fields.append((f.name, f.type))
+    return fields
+
+
+LeanModelCalled = msgspec.defstruct(
+    "ModelCalled", _lean_fields(), bases=(Event,), kw_only=True, frozen=True, module=__name__
+)
+"""ModelCalled with ``prompt_ids``, ``response_ids`` and ``logprobs`` as JSON text (same tag, same fields),
+and ``stored``: the message it was decoded from (set after decoding)."""
+
+_lean = msgspec.json.Decoder(SpanRecorded | LeanModelCalled | RewardReported | AttemptHeartbeatSent)
+
+
+def plain_numbers(raw: bytes, floats: bool) -> bool:
+    """Whether ``raw`` holds nothing but JSON numbers of the right kind (integers unless ``floats``),
+    commas, brackets and white space, and no trailing comma.
+
+    This only rules out what DuckDB's ``from_json_strict`` would take but msgspec refuses (strings of
+    digits, true/false/null, fractions for integers, a trailing comma, a float out of range); DuckDB
+    refuses nesting, and msgspec has already checked that the text is valid JSON.
+
+    >>> plain_numbers(b"[1,-2, 3]", False), plain_numbers(b"[1.5]", False), plain_numbers(b"[-1.5e-05,2]", True)
+    (True, False, True)
+    >>> plain_numbers(b'["1"]', False), plain_numbers(b"[1,]", False), plain_numbers(b"[1 ,\\n]", True)
+    (False, False, False)
+    >>> plain_numbers(b"[true]", True), plain_numbers(b"[1e400]", True), plain_numbers(b"null", True)
+    (False, False, False)
+    """
+    rest = raw.translate(None, _FLOAT_CHARS if floats else _INT_CHARS)
+    if rest and not (floats and not rest.strip(b"eE") and not _BIG_EXPONENT.search(raw)):
+        return False
+    tail = raw[-16:].rstrip(_SPACE)[:-1].rstrip(_SPACE)  # before the closing bracket
+    return tail[-1:] not in (b",", b"")
+
+
+def decode_spans(data: bytes | bytearray | memoryview) -> SpanEvent:
+    """Decode a spans-stream event, a ModelCalled's number lists as text when they are plainly numbers.
+
+    Raises :class:`~voltbus.schemas.errors.DecodeError` exactly when the strict codec does.
+    """
+    try:
+        event = _lean.decode(data)
+    except msgspec.DecodeError:
+        return codec.decode_spans(data)  # raises with the codec's reason
+    if not isinstance(event, LeanModelCalled):
+        return event  # type: ignore[no-any-return]
+    if not all(plain_numbers(bytes(getattr(event, n)), f) for n, f in LISTS.items()):
+        return codec.decode_spans(data)
+    msgspec.structs.force_setattr(event, "stored", bytes(data))  # for strict(), should DuckDB refuse it
+    return event  # type: ignore[no-any-return]
+
+
+def is_lean(event: object) -> bool:
+    """Whether ``event`` came from the lean decoder."""
+    return isinstance(event, LeanModelCalled)
+
+
+def strict(event: Any) -> SpanEvent:
+    """The strict codec's reading of a lean event's stored message (DecodeError when it refuses it)."""
+    return codec.decode_spans(event.stored)

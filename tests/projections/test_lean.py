@@ -1,0 +1,128 @@
+"""The projector's lean decoding of the spans stream: same rows as the strict codec, same refusals, and a
+batch DuckDB refuses is applied again strictly (the bad event quarantined, nothing else lost)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pyarrow as pa
+import pytest
+
+from voltbus.projections import lean
+from voltbus.projections.follow import ends_at, project
+from voltbus.projections.projector import Projector
+from voltbus.projections.rows import ARROW, telemetry_row
+from voltbus.schemas import codec
+from voltbus.schemas.errors import DecodeError
+from voltbus.services.eventlog import BadEvent, Envelope
+from voltbus.store import Store
+
+from .conftest import dump
+from .workload import telemetry, write
+
+EVENTS = [e for n in range(6) for e in telemetry("ro-1", "at-1", n)]
+
+
+def call_with(**lists: str) -> bytes:
+    """A stored ModelCalled whose number lists are replaced by the given JSON text."""
+    data = codec.encode(EVENTS[1])
+    for name, text in lists.items():
+        old = msgspec.json.encode(getattr(EVENTS[1], name))
+        data = data.replace(b'"%s":%s' % (name.encode(), old), b'"%s":%s' % (name.encode(), text.encode()))
+    return data
+
+
+def outcome(decode: object, data: bytes) -> object:
+    try:
+        return decode(data)  # type: ignore[operator]
+    except DecodeError as exc:
+        return exc.reason
+
+
+def envelope(seq: int, data: bytes, decode: object) -> Envelope | BadEvent:
+    result = outcome(decode, data)
+    if isinstance(result, str):
+        return BadEvent(seq=seq, subject="vb.sp.x", data=data, reason=result, time=1.0)
+    return Envelope(seq=seq, subject="vb.sp.x", time=1.0, event=result)  # type: ignore[arg-type]
+
+
+def test_lean_events_give_the_strict_rows() -> None:
+    for k, event in enumerate(EVENTS):
+        data = codec.encode(event)
+        strict = Envelope(seq=k + 1, subject="s", time=1.0, event=codec.decode_spans(data))
+        fast = Envelope(seq=k + 1, subject="s", time=1.0, event=lean.decode_spans(data))
+        assert telemetry_row(fast) == telemetry_row(strict)
+    assert lean.is_lean(lean.decode_spans(codec.encode(EVENTS[1])))
+
+
+@pytest.mark.parametrize(
+    "lists",
+    [
+        {"prompt_ids": '["1",2]'},
+        {"prompt_ids": "[1.5]"},
+        {"response_ids": "[true]"},
+        {"response_ids": "[null]"},
+        {"prompt_ids": "null"},
+        {"prompt_ids": "[1,]"},
+        {"prompt_ids": "[1e3]"},
+        {"logprobs": "[1e400]"},
+        {"logprobs": '[-0.5,"x"]'},
+        {"logprobs": "[-0.5, -1.5e-05 ]"},
+    ],
+)
+def test_lean_refuses_what_the_codec_refuses(lists: dict[str, str]) -> None:
+    data = call_with(**lists)
+    strict, fast = outcome(codec.decode_spans, data), outcome(lean.decode_spans, data)
+    if isinstance(strict, str):
+        assert fast == strict
+    else:
+        assert lean.strict(fast) == strict  # the same event, its lists kept as text
+
+
+@pytest.mark.parametrize("text", ["[[1],2]", "[1,[2,3]]", "[[]]"])
+def test_a_batch_duckdb_refuses_is_applied_again_strictly(tmp_path: Path, text: str) -> None:
+    stored = [codec.encode(e) for e in EVENTS]
+    stored[4] = call_with(prompt_ids=text)  # lean takes it (valid JSON of digits, commas, brackets); DuckDB does not
+    assert lean.is_lean(lean.decode_spans(stored[4]))
+    tables = []
+    for name, decode in (("lean", lean.decode_spans), ("strict", codec.decode_spans)):
+        projector = Projector(tmp_path / f"{name}.duckdb")
+        try:
+            projector.apply("spans", [envelope(k + 1, data, decode) for k, data in enumerate(stored)])
+            assert projector.positions["spans"] == len(stored)
+            tables.append(dump(projector.con))
+        finally:
+            projector.close()
+    assert tables[0] == tables[1]
+    assert [q[:2] for q in tables[0]["quarantine"]] == [("spans", 5)]
+    assert len(tables[0]["model_calls"]) == 5 and len(tables[0]["spans"]) == 6
+
+
+async def test_a_poison_model_call_on_the_bus_is_quarantined(store: Store, tmp_path: Path) -> None:
+    await write(store, 4)
+    await store.log.js.publish(store.topology.span_shard("ro-1"), call_with(prompt_ids="[[7]]"))
+    await store.log.js.publish(store.topology.span_shard("ro-1"), call_with(prompt_ids='["7"]'))
+    await store.log.publish_spans(EVENTS[3:6])
+    ends = await ends_at(store.log)
+    projector = Projector(tmp_path / "p.duckdb")
+    try:
+        await project(projector, store.log, ends=ends, batch_size=500)
+        tables = dump(projector.con)
+    finally:
+        projector.close()
+    parked = [q for q in tables["quarantine"] if q[0] == "spans"]
+    assert [q[1] for q in parked] == [ends["spans"] - 4, ends["spans"] - 3]
+    assert all("prompt_ids" in q[3] for q in parked)
+    assert projector.positions["spans"] == ends["spans"]
+    assert tables["model_calls"][-1][1] == EVENTS[4].event_id
+
+
+def test_fixed_arrow_schemas_name_every_column_of_their_rows() -> None:
+    for k, event in enumerate(EVENTS):
+        for decode in (codec.decode_spans, lean.decode_spans):
+            row = telemetry_row(Envelope(seq=k + 1, subject="s", time=1.0, event=decode(codec.encode(event))))
+            assert row is not None
+            name, values = row
+            assert list(values) == ARROW[name].names
+            assert pa.Table.from_pylist([values], schema=ARROW[name]).to_pylist() == [values]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import gc
 import statistics
 import tempfile
 import time
@@ -579,6 +580,8 @@ async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = pr
     try:
         t = time.perf_counter()
         stored = await fill(b, options)
+        gc.collect()
+        gc.freeze()  # the captured rows stay out of every later collection: a projector process holds none of them
         echo(f"  fill: {time.perf_counter() - t:.1f}s, stored {stored.ends}, sizes {stored.sizes}")
         try:
             t = time.perf_counter()

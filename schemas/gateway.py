@@ -35,6 +35,10 @@ class GatewayResumed(Event, frozen=True, kw_only=True):
     """The gateway that resumed."""
     paused_s: Annotated[float, msgspec.Meta(ge=0)] | None = None
     """How long it had been paused, when it knew."""
+    versions: dict[str, str | None] = {}
+    """The resources version each engine serves from now on, as the learner's weight push told it
+    (engine URL without ``/v1`` → version; None: unknown, e.g. after a failed reload); the gateway
+    labels the calls those engines serve with it. Empty: unchanged."""
     at: Timestamp
     """When it resumed."""
 

@@ -338,6 +338,17 @@ class LearnerSettings(BaseModel):
     """Where each version's weights and the optimizer state are written (a path inference servers can read)."""
     inference_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Inference servers (without ``/v1``) to wait for until they serve a new version; empty: don't wait."""
+    vllm_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """vLLM OpenAI servers (without ``/v1``, started with ``VLLM_SERVER_DEV_MODE=1``) to push each new
+    version to, with the gateway paused and drained (``voltbus.services.learner.vllm_push``); they must
+    read the version's directory under ``weights_dir``. Empty: none."""
+    vllm_timeout_s: float = Field(default=300.0, gt=0)
+    """Longest wait for a vLLM server's answer to each request of a weight push (a reload included)."""
+    drain_timeout_s: float = Field(default=60.0, gt=0)
+    """Longest wait for the gateway's calls in flight to finish before a weight push; past it the push
+    fails and the gateway is resumed unchanged."""
+    gateway_admin_key: str | None = None
+    """The gateway's ``admin_key``, sent to pause and resume it around a weight push."""
     weights_in_bus_mb: float = Field(default=256.0, ge=0)
     """Weights files up to this size are also stored in the bus's object store (``<ns>-weights``) and
     referenced there (``nats-obj://``), so inference servers on other machines can load them; larger
@@ -385,7 +396,7 @@ class LearnerSettings(BaseModel):
     """verl backend: rows per forward/backward pass on the GPU, counted in tokens (a micro-batch holds up
     to this many times the batch's longest row); gradients accumulate over the whole batch."""
 
-    @field_validator("inference_urls", mode="before")
+    @field_validator("inference_urls", "vllm_urls", mode="before")
     @classmethod
     def _split_urls(cls, value: object) -> object:
         return _url_list(value)

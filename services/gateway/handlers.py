@@ -1,6 +1,7 @@
 """Model-call handlers: check, attribute, rewrite, forward, record, answer.
 
-Order for a call: auth (401/403), pause (429), attribution (404 for an unknown rollout or attempt,
+Order for a call: auth (401/403), pause (429, checked again once the call counts as in flight, so a
+drain that ended never misses it), attribution (404 for an unknown rollout or attempt,
 403 for an ended one), body (413 over the limit, 400 malformed or past a count limit: ``limits``),
 then the engine. The engine's answer and status pass
 through; when every try fails (5xx, timeout, no connection, on each engine tried; see
@@ -62,7 +63,10 @@ async def finish(gw: Gateway, call: Call) -> Response:
     call.upstream = outcome.upstream
     answer, error = failure_answer(outcome)
     status, retries = outcome.status, outcome.retries
-    event = model_called(call, outcome.body, http_status=status, retries=retries, error=error, raw=outcome.raw)
+    served = gw.served_version(call)
+    event = model_called(
+        call, outcome.body, http_status=status, retries=retries, error=error, raw=outcome.raw, served=served
+    )
     failed = await gw.record([event]) if call.rollout_id != "unattributed" or gw.settings.record_unattributed else None
     log.debug(
         "gateway/call rollout_id=%s attempt_id=%s call_id=%s status=%s latency_s=%.4f",
@@ -95,6 +99,10 @@ def proxy(kind: Kind) -> Callable[[Request], Awaitable[Response]]:
         except GatewayError as exc:
             return gw_refusal(request, exc)
         await gw.pause.enter()
+        if gw.pause.paused:  # paused while this call was being read: a drain may have ended without it
+            await gw.pause.leave()
+            return gw.pause.refusal()
+        call.epoch = gw.versions.epoch
         if call.streamed:
             return await stream_call(gw, call)  # the stream leaves the in-flight count when it ends
         try:

@@ -27,6 +27,8 @@ class Call:
     upstream: str
     streamed: bool = False
     mode: str | None = None
+    epoch: int = -1
+    """The served-versions epoch when the call was admitted (``versions``); -1: not admitted."""
     call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     at: float = field(default_factory=time.time)
     started: float = field(default_factory=time.monotonic)
@@ -54,11 +56,14 @@ def model_called(
     retries: int = 0,
     error: tuple[str, str] | None = None,
     raw: bytes | None = None,
+    served: str | None = None,
 ) -> ModelCalled:
     """The event for ``call``; ``error`` is (type, message) for a failed call, which sets ``status``.
 
     ``raw`` is the engine's body as received, when it is the JSON text of ``response``: recorded as
-    is instead of encoding ``response`` again."""
+    is instead of encoding ``response`` again. The resources version is the one the engine reports
+    on the response (``read_response``), else ``served``: what the weight-swap protocol says the
+    engine served (``Gateway.served_version``); None when neither knows."""
     sampled = read_response(response)
     usage = sampled.usage
     if not usage and (sampled.prompt_ids or sampled.response_ids):
@@ -70,7 +75,7 @@ def model_called(
         rollout_id=call.rollout_id,
         attempt_id=call.attempt_id,
         call_id=call.call_id,
-        resources_id=sampled.resources_id,
+        resources_id=sampled.resources_id or (None if sampled.mixed_versions else served),
         model=sampled.model or str(call.request.get("model") or ""),
         request=msgspec.Raw(call.body),
         response=msgspec.Raw(raw) if raw is not None else _raw(response),

@@ -4,7 +4,9 @@ The engine is asked for the token ids and logprobs it sampled (vLLM's ``return_t
 ``logprobs``); nothing else in the body is touched, and the names of the changed fields are kept.
 Token ids are read where vLLM puts them: ``prompt_token_ids`` at the top level (chat) or on the
 choice (completions), ``choices[i].token_ids``, and logprobs from ``logprobs.content[*].logprob``
-(chat) or ``logprobs.token_logprobs`` (completions).
+(chat) or ``logprobs.token_logprobs`` (completions). The version that sampled a call is the
+engine's top-level ``resources_id`` or ``weight_version`` (the CPU inference server), else the one
+version named by vLLM's per-choice ``weight_versions`` spans.
 """
 
 from __future__ import annotations
@@ -89,6 +91,33 @@ class Sampled:
     finish_reason: str | None = None
     resources_id: str | None = None
     choices: list[SampledChoice] = field(default_factory=list)
+    mixed_versions: bool = False
+    """vLLM's ``weight_versions`` name more than one version: no single version sampled the call."""
+
+
+UNSET_VERSION = "default"
+"""The label a vLLM engine reports before anyone set one (``/update_weight_version``)."""
+
+
+def span_versions(choices: list[dict[str, Any]]) -> set[str]:
+    """The versions named by vLLM's per-choice ``weight_versions`` spans (``return_weight_versions``),
+    without vLLM's unset label.
+
+    >>> span_versions([{"weight_versions": [{"version": "r:3", "start": 0, "end": 2}]}, {"token_ids": [1]}])
+    {'r:3'}
+    >>> sorted(span_versions([{"weight_versions": [{"version": "r:3", "start": 0, "end": 1},
+    ...     {"version": "r:4", "start": 1, "end": 2}]}]))
+    ['r:3', 'r:4']
+    >>> span_versions([{"weight_versions": [{"version": "default", "start": 0, "end": 2}]}])
+    set()
+    """
+    found: set[str] = set()
+    for choice in choices:
+        spans = choice.get("weight_versions")
+        for span in spans if isinstance(spans, list) else []:
+            if isinstance(span, dict) and span.get("version") not in (None, UNSET_VERSION):
+                found.add(str(span["version"]))
+    return found
 
 
 def read_response(body: Any) -> Sampled:
@@ -106,6 +135,9 @@ def read_response(body: Any) -> Sampled:
     choice = listed[0] if listed else {}
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
     resources = body.get("resources_id", body.get("weight_version"))
+    spans = span_versions(listed) if resources is None else set()
+    if len(spans) == 1:
+        resources = spans.pop()
     return Sampled(
         model=body.get("model") if isinstance(body.get("model"), str) else None,
         prompt_ids=_ints(body.get("prompt_token_ids") or choice.get("prompt_token_ids")),
@@ -115,6 +147,7 @@ def read_response(body: Any) -> Sampled:
         finish_reason=choice.get("finish_reason"),
         resources_id=str(resources) if resources is not None else None,
         choices=[_sampled_choice(c, i) for i, c in enumerate(listed)] if len(listed) > 1 else [],
+        mixed_versions=len(spans) > 1,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -17,14 +17,17 @@ from voltbus.store import Store
 from .attribution import Attribution
 from .errors import GatewayError
 from .pause import PauseState
+from .record import Call
 from .upstream import Upstream
+from .versions import ServedVersions
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Gateway:
-    """The gateway's resources: settings, store (bus), engine client, attribution, pause state."""
+    """The gateway's resources: settings, store (bus), engine client, attribution, pause state, and
+    the versions the engines serve."""
 
     settings: GatewaySettings
     store: Store
@@ -32,6 +35,15 @@ class Gateway:
     attribution: Attribution
     pause: PauseState
     gateway_id: str = "gateway"
+    versions: ServedVersions = field(init=False)
+    """The version each engine serves, per the weight-swap protocol (``versions``)."""
+
+    def __post_init__(self) -> None:
+        self.versions = ServedVersions(self.upstream.router.engines)
+
+    def served_version(self, call: Call) -> str | None:
+        """The version the swap protocol says served ``call`` (None: unknown)."""
+        return self.versions.label(call.upstream, call.epoch)
 
     async def announce(self, event: Any) -> str | None:
         """Append a control event (pause, resume); the error text if the bus refused it (logged)."""

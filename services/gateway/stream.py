@@ -25,6 +25,7 @@ class _Choice:
     tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     finish_reason: str | None = None
     prompt_ids: list[int] = field(default_factory=list)
+    weight_versions: list[Any] | None = None
 
 
 def merge_tool_calls(calls: dict[int, dict[str, Any]], deltas: Any) -> None:
@@ -117,12 +118,16 @@ class StreamAssembler:
             choice.logprobs.extend(choice_logprobs(raw))
             if raw.get("finish_reason") is not None:
                 choice.finish_reason = raw["finish_reason"]
+            if isinstance(raw.get("weight_versions"), list):  # vLLM: on the choice's last chunk
+                choice.weight_versions = raw["weight_versions"]
 
     def response(self) -> dict[str, Any]:
         """The call as one non-streamed response body."""
         choices = []
         for index, c in sorted(self.choices.items()):
             out: dict[str, Any] = {"index": index, "finish_reason": c.finish_reason, "token_ids": c.token_ids}
+            if c.weight_versions is not None:
+                out["weight_versions"] = c.weight_versions
             if self.kind == "chat":
                 out["message"] = {"role": "assistant", "content": "".join(c.text)}
                 if c.tool_calls:

@@ -75,6 +75,7 @@ class RecordedStream(StreamingResponse):
                 http_status=self.upstream.status,
                 retries=self.retries,
                 error=failure,
+                served=self.gw.served_version(self.call),
             )
             if self.call.rollout_id != "unattributed" or self.gw.settings.record_unattributed:
                 await self.gw.record([event])
@@ -96,7 +97,10 @@ async def stream_call(gw: Gateway, call: Call) -> Response:
     try:
         answer, error = failure_answer(opened)
         status, retries = opened.status, opened.retries
-        event = model_called(call, opened.body, http_status=status, retries=retries, error=error, raw=opened.raw)
+        served = gw.served_version(call)
+        event = model_called(
+            call, opened.body, http_status=status, retries=retries, error=error, raw=opened.raw, served=served
+        )
         await gw.record([event])
         if answer is not None:
             return answer

@@ -1,0 +1,233 @@
+"""Pushing a new policy version to vLLM servers, with the gateway paused and drained.
+
+vLLM's OpenAI server does not follow the bus as the CPU inference server does, so the learner
+pushes each version to it between steps (``learner.vllm_urls``), through vLLM's dev-mode routes
+(``VLLM_SERVER_DEV_MODE=1``):
+
+1. pause the gateway: ``POST /admin/pause`` (recorded as ``GatewayPaused``; new calls get 429);
+2. wait until no call is in flight there: ``GET /admin/inflight?wait_s=<drain_timeout_s>``;
+3. on every vLLM server at once: ``POST /pause?mode=wait``, ``POST /collective_rpc`` with
+   ``{"method": "reload_weights", "kwargs": {"weights_path": "<version directory>"}}``,
+   ``POST /reset_prefix_cache`` (cached prefixes were computed with the old weights),
+   ``POST /update_weight_version {"new_version": "<resources id>"}`` and ``GET /weight_info``,
+   which must then report that version (both skipped on a vLLM without them: 404), ``POST /resume``;
+4. resume the gateway with what each engine now serves: ``POST /admin/resume {"versions":
+   {"<vLLM URL>": "<resources id>"}}`` (recorded as ``GatewayResumed``); from then on the gateway
+   labels the calls those engines serve with that version.
+
+Whatever fails, the gateway is resumed: a server whose reload failed or was not confirmed is
+resumed as unknown (its calls are recorded with no version, never a wrong one), one never touched
+keeps its version, and ``VllmPushError`` names each server and its answer. Every request has a
+deadline (``vllm_timeout_s``; the drain ``drain_timeout_s``) and says which one ran out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from voltbus.schemas.errors import VoltbusError
+from voltbus.services.settings import LearnerSettings
+
+log = logging.getLogger(__name__)
+
+ADMIN_TIMEOUT_S = 30.0
+"""Deadline of the gateway's pause and resume answers."""
+
+
+class VllmPushError(VoltbusError):
+    """A weight push failed; the gateway was resumed (unless the message says it could not be)."""
+
+
+def root(url: str) -> str:
+    """A server's URL without a trailing ``/`` or ``/v1``.
+
+    >>> root("http://127.0.0.1:8766/v1"), root("http://gpu-1:8000/")
+    ('http://127.0.0.1:8766', 'http://gpu-1:8000')
+    """
+    return url.rstrip("/").removesuffix("/v1")
+
+
+def version_dir(weights: str | Path) -> str:
+    """The directory vLLM reloads: the version's directory (its ``model.safetensors`` file names it).
+
+    >>> version_dir("/w/run/step-3/model.safetensors"), version_dir("/w/run/step-3")
+    ('/w/run/step-3', '/w/run/step-3')
+    """
+    path = Path(weights)
+    return str(path.parent if path.suffix == ".safetensors" else path)
+
+
+async def request(
+    http: httpx.AsyncClient, method: str, url: str, what: str, timeout: float, **kw: Any
+) -> httpx.Response:
+    """One request; VllmPushError naming ``what`` when no answer came in ``timeout`` seconds, or an
+    answer other than 2xx (404 is returned: some routes are optional)."""
+    try:
+        resp = await http.request(method, url, timeout=timeout, **kw)
+    except httpx.TimeoutException:
+        raise VllmPushError(f"{what}: no answer within {timeout:g} s") from None
+    except httpx.HTTPError as exc:
+        raise VllmPushError(f"{what}: {type(exc).__name__}: {exc}") from None
+    if resp.status_code >= 300 and resp.status_code != 404:
+        raise VllmPushError(f"{what}: HTTP {resp.status_code}: {resp.text[:300]}")
+    return resp
+
+
+@dataclass
+class ServerSwap:
+    """How one vLLM server's swap went."""
+
+    url: str
+    reloaded: bool = False
+    """The reload was asked (its outcome decides what the gateway is told)."""
+    labelled: bool = False
+    """vLLM took the version label and reported it back (``/update_weight_version``, ``/weight_info``)."""
+    error: str | None = None
+
+
+async def swap(http: httpx.AsyncClient, url: str, resources_id: str, path: str, timeout: float) -> ServerSwap:
+    """Pause one vLLM server, reload its weights from ``path``, label them, resume it."""
+    base, out = root(url), ServerSwap(root(url))
+    where = f"vLLM server {base}"
+    try:
+        paused = await request(http, "POST", f"{base}/pause", f"{where}: POST /pause", timeout, params={"mode": "wait"})
+        if paused.status_code == 404:
+            raise VllmPushError(f"{where}: POST /pause: 404 (start it with VLLM_SERVER_DEV_MODE=1)")
+        try:
+            out.reloaded = True
+            rpc = {"method": "reload_weights", "kwargs": {"weights_path": path}}
+            what = f"{where}: reload_weights from {path}"
+            must(await request(http, "POST", f"{base}/collective_rpc", what, timeout, json=rpc), what)
+            what = f"{where}: POST /reset_prefix_cache"
+            must(await request(http, "POST", f"{base}/reset_prefix_cache", what, timeout), what)
+            out.labelled = await label(http, base, resources_id, timeout)
+        finally:
+            await request(http, "POST", f"{base}/resume", f"{where}: POST /resume", timeout)
+    except VllmPushError as exc:
+        out.error = str(exc)
+    return out
+
+
+def must(resp: httpx.Response, what: str) -> None:
+    """A route that must exist: 404 is a failure."""
+    if resp.status_code == 404:
+        raise VllmPushError(f"{what}: 404 (start it with VLLM_SERVER_DEV_MODE=1)")
+
+
+async def label(http: httpx.AsyncClient, base: str, resources_id: str, timeout: float) -> bool:
+    """Set vLLM's weight-version label and read it back; False when this vLLM has no such routes."""
+    what = f"vLLM server {base}: POST /update_weight_version"
+    body = {"new_version": resources_id}
+    if (await request(http, "POST", f"{base}/update_weight_version", what, timeout, json=body)).status_code == 404:
+        return False
+    what = f"vLLM server {base}: GET /weight_info"
+    info = await request(http, "GET", f"{base}/weight_info", what, timeout)
+    reported = info.json().get("weight_version") if info.status_code == 200 else None
+    if reported != resources_id:
+        raise VllmPushError(f"{what}: reports weight_version {reported!r} after the update, not {resources_id!r}")
+    return True
+
+
+@dataclass
+class PushReport:
+    """What a push did, and how long each part took."""
+
+    resources_id: str
+    servers: list[ServerSwap] = field(default_factory=list)
+    drain_s: float = 0.0
+    swap_s: float = 0.0
+    paused_s: float = 0.0
+
+
+class GatewayAdmin:
+    """The gateway's pause, drain and resume, as the learner calls them."""
+
+    def __init__(self, http: httpx.AsyncClient, settings: LearnerSettings) -> None:
+        self.http, self.base = http, root(settings.gateway_url)
+        key = settings.gateway_admin_key
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+    async def call(self, method: str, path: str, timeout: float, **kw: Any) -> dict[str, Any]:
+        what = f"gateway {self.base}: {method} {path}"
+        resp = await request(self.http, method, f"{self.base}{path}", what, timeout, headers=self.headers, **kw)
+        if resp.status_code == 404:
+            raise VllmPushError(f"{what}: 404")
+        return resp.json()
+
+    async def pause(self, reason: str) -> None:
+        await self.call("POST", "/admin/pause", ADMIN_TIMEOUT_S, json={"reason": reason})
+
+    async def drain(self, timeout: float) -> dict[str, Any]:
+        """The state after waiting for in-flight calls; VllmPushError when some are left at the deadline."""
+        state = await self.call("GET", "/admin/inflight", timeout + ADMIN_TIMEOUT_S, params={"wait_s": timeout})
+        if not state.get("drained"):
+            n = state.get("inflight")
+            raise VllmPushError(f"gateway {self.base}: {n} calls still in flight after {timeout:g} s; nothing pushed")
+        return state
+
+    async def resume(self, versions: dict[str, str | None]) -> None:
+        """Resume with ``versions``; if that is refused, resume without them (the engines' versions
+        left as they were) and raise; VllmPushError saying so when the gateway stays paused."""
+        try:
+            await self.call("POST", "/admin/resume", ADMIN_TIMEOUT_S, json={"versions": versions})
+        except VllmPushError as exc:
+            try:
+                await self.call("POST", "/admin/resume", ADMIN_TIMEOUT_S, json={})
+            except VllmPushError as again:
+                raise VllmPushError(f"gateway left paused: {exc}; {again}") from None
+            raise VllmPushError(f"gateway resumed without the new versions: {exc}") from None
+
+
+async def push(
+    settings: LearnerSettings, resources_id: str, weights: str | Path, *, http: httpx.AsyncClient | None = None
+) -> PushReport:
+    """Load ``weights`` (the version's directory, or its ``model.safetensors``) on every
+    ``settings.vllm_urls`` server as ``resources_id``, with the gateway paused and drained."""
+    if http is None:
+        async with httpx.AsyncClient() as client:
+            return await push(settings, resources_id, weights, http=client)
+    report, gw, path = PushReport(resources_id), GatewayAdmin(http, settings), version_dir(weights)
+    await gw.pause(f"weight swap to {resources_id}")
+    paused, errors = time.monotonic(), []
+    try:
+        state = await gw.drain(settings.drain_timeout_s)
+        report.drain_s = time.monotonic() - paused
+        unknown = [root(u) for u in settings.vllm_urls if root(u) not in state.get("versions", {})]
+        if unknown:
+            raise VllmPushError(f"{', '.join(unknown)} not among the gateway's engines {list(state['versions'])}")
+        started = time.monotonic()
+        report.servers = await asyncio.gather(
+            *(swap(http, u, resources_id, path, settings.vllm_timeout_s) for u in settings.vllm_urls)
+        )
+        report.swap_s = time.monotonic() - started
+        errors = [s.error for s in report.servers if s.error]
+    except VllmPushError as exc:
+        errors.append(str(exc))
+    try:
+        await gw.resume({s.url: None if s.error else resources_id for s in report.servers if s.reloaded})
+    except VllmPushError as exc:
+        errors.append(str(exc))
+    report.paused_s = time.monotonic() - paused
+    if errors:
+        raise VllmPushError(f"weight push of {resources_id} failed: " + "; ".join(errors))
+    log.info(
+        "learner/vllm_push %s to %d servers: drain %.2fs, swap %.2fs, paused %.2fs",
+        resources_id,
+        len(report.servers),
+        report.drain_s,
+        report.swap_s,
+        report.paused_s,
+    )
+    return report
+
+
+async def push_if_configured(settings: LearnerSettings, resources_id: str, weights: str | Path) -> PushReport | None:
+    """``push`` when ``settings.vllm_urls`` names servers; None otherwise (the CPU path follows the bus)."""
+    return await push(settings, resources_id, weights) if settings.vllm_urls else None

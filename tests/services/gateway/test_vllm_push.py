@@ -1,0 +1,195 @@
+"""The learner's weight push to vLLM (``voltbus.services.learner.vllm_push``) through a real gateway
+and bus, in front of two stub vLLM servers: calls keep coming while versions are pushed, and every
+recorded call carries the version that really sampled it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import wait_for
+from voltbus.schemas import GatewayPaused, GatewayResumed
+from voltbus.services.eventlog import Envelope, EventLog
+from voltbus.services.gateway import build_app
+from voltbus.services.learner.vllm_push import VllmPushError, push
+from voltbus.services.settings import GatewaySettings, LearnerSettings, NatsSettings, Settings
+
+from .conftest import model_calls
+from .stub_llm import serve
+from .stub_vllm import VllmControl, stub_vllm_app, token_of
+
+CALL = {"model": "policy", "messages": [{"role": "user", "content": "2+2?"}]}
+ADMIN = {"Authorization": "Bearer root"}
+
+
+@dataclass
+class Fleet:
+    """A gateway in front of two stub vLLM servers, and the learner settings that push to both."""
+
+    url: str
+    engines: list[str]
+    stubs: list[VllmControl]
+    learner: LearnerSettings
+
+
+FleetFactory = Callable[..., Awaitable[Fleet]]
+
+
+@pytest.fixture
+async def make_fleet(nats_settings: NatsSettings) -> AsyncIterator[FleetFactory]:
+    async with AsyncExitStack() as stack:
+
+        async def make(*stubs: VllmControl, **learner: Any) -> Fleet:
+            engines = [await stack.enter_async_context(serve(stub_vllm_app(s))) for s in stubs]
+            cfg = GatewaySettings(upstream_urls=[f"{e}/v1" for e in engines], admin_key="root", engine_cooldown_s=0)
+            url = await stack.enter_async_context(serve(build_app(Settings(nats=nats_settings, gateway=cfg)), "on"))
+            stack.callback(release, stubs)  # before the servers stop: a held call would hold their shutdown
+            defaults = {"drain_timeout_s": 5.0, "vllm_timeout_s": 5.0, "gateway_admin_key": "root"}
+            settings = LearnerSettings(gateway_url=f"{url}/v1", vllm_urls=engines, **{**defaults, **learner})
+            return Fleet(url, engines, list(stubs), settings)
+
+        yield make
+
+
+def release(stubs: tuple[VllmControl, ...]) -> None:
+    for stub in stubs:
+        stub.resumed.set()
+        if stub.hold is not None:
+            stub.hold.set()
+
+
+async def control_events(eventlog: EventLog) -> list[Any]:
+    stored = [e.event async for e in eventlog.replay("control") if isinstance(e, Envelope)]
+    return [e for e in stored if isinstance(e, GatewayPaused | GatewayResumed)]
+
+
+async def one_call(http: httpx.AsyncClient, **extra: Any) -> httpx.Response:
+    """A call that retries while the gateway answers 429 (paused)."""
+    while True:
+        resp = await http.post("/v1/chat/completions", json={**CALL, **extra})
+        if resp.status_code != 429:
+            return resp
+        assert resp.headers["X-Agl-Paused"] == "true"
+        await asyncio.sleep(0.005)  # the agent's back-off, shorter than Retry-After to keep the test fast
+
+
+async def test_calls_during_pushes_carry_the_version_that_sampled_them(
+    make_fleet: FleetFactory, eventlog: EventLog
+) -> None:
+    # engine 0 has vLLM's version routes and reports spans when asked; engine 1 is an older vLLM
+    fleet = await make_fleet(VllmControl(), VllmControl(version_routes=False))
+    done: list[httpx.Response] = []
+    stop = asyncio.Event()
+
+    async def agent(n: int) -> None:
+        extra = {"stream": True, "return_weight_versions": True} if n % 2 else {}
+        async with httpx.AsyncClient(base_url=fleet.url) as http:
+            while not stop.is_set():
+                done.append(await one_call(http, **extra))
+
+    async with httpx.AsyncClient(base_url=fleet.url) as http:
+        assert (await one_call(http)).status_code == 200  # before any push: no version known
+    [unknown] = await model_calls(eventlog, 1)
+    assert unknown.resources_id is None and unknown.response_ids[0] == token_of(0)
+
+    first = await push(fleet.learner, "run:1", "w/step-0")
+    assert [s.labelled for s in first.servers] == [True, False]
+    agents = [asyncio.create_task(agent(n)) for n in range(6)]
+    await wait_for(lambda: len(done) >= 12, what="calls before the second push")
+    second = await push(fleet.learner, "run:2", "w/step-1/model.safetensors")
+    before = len(done)
+    await wait_for(lambda: len(done) >= before + 12, what="calls after the second push")
+    stop.set()
+    await asyncio.gather(*agents)
+
+    assert all(r.status_code == 200 for r in done)
+    assert second.drain_s >= 0 and second.paused_s >= second.swap_s > 0
+    for stub in fleet.stubs:
+        assert stub.weights == ["models/start", "w/step-0", "w/step-1"]
+        assert stub.inflight_at_reload == [0, 0] and stub.arrived_while_reloading == 0
+    swap = ["pause:wait", "collective_rpc:reload_weights", "reset_prefix_cache"]
+    assert fleet.stubs[0].ops == 2 * [*swap, "update_weight_version", "weight_info", "resume"]
+    assert fleet.stubs[1].ops == 2 * [*swap, "resume"]
+    assert fleet.stubs[0].label == "run:2"
+
+    calls = await model_calls(eventlog, 1 + len(done))
+    sampled_by = {token_of(1): "run:1", token_of(2): "run:2"}
+    labels = [(c.resources_id, sampled_by[c.response_ids[0]]) for c in calls[1:]]
+    assert all(label == truth for label, truth in labels), labels
+    assert {label for label, _ in labels} == {"run:1", "run:2"}
+    assert {c.upstream for c in calls} == {f"{e}/v1" for e in fleet.engines}
+    assert any(c.streamed for c in calls) and any(not c.streamed for c in calls)
+
+    events = await control_events(eventlog)
+    assert [type(e).__name__ for e in events] == ["GatewayPaused", "GatewayResumed"] * 2
+    assert events[0].reason == "weight swap to run:1"
+    assert events[3].versions == {e: "run:2" for e in fleet.engines}
+
+
+async def test_a_failed_reload_resumes_the_gateway_and_names_the_server(
+    make_fleet: FleetFactory, eventlog: EventLog
+) -> None:
+    broken = VllmControl(reload_error="CUDA out of memory")
+    slow = VllmControl(reload_s=1.0)
+    fleet = await make_fleet(broken, slow, vllm_timeout_s=0.3)
+    with pytest.raises(VllmPushError) as failed:
+        await push(fleet.learner, "run:2", "w/step-1")
+    message = str(failed.value)
+    assert f"vLLM server {fleet.engines[0]}: reload_weights from w/step-1: HTTP 500" in message
+    assert "CUDA out of memory" in message
+    assert f"vLLM server {fleet.engines[1]}: reload_weights from w/step-1: no answer within 0.3 s" in message
+    assert broken.ops[-1] == slow.ops[-1] == "resume"  # vLLM itself is not left paused either
+
+    async with httpx.AsyncClient(base_url=fleet.url, headers=ADMIN) as http:
+        state = (await http.get("/admin/inflight")).json()
+        assert state["paused"] is False
+        assert state["versions"] == {e: None for e in fleet.engines}  # unknown, not the old label
+        assert [(await one_call(http)).status_code for _ in range(2)] == [200, 200]
+    calls = await model_calls(eventlog, 2)
+    assert {c.upstream for c in calls} == {f"{e}/v1" for e in fleet.engines}
+    assert all(c.resources_id is None for c in calls)
+    [_, resumed] = await control_events(eventlog)
+    assert isinstance(resumed, GatewayResumed) and resumed.versions == {e: None for e in fleet.engines}
+
+
+async def test_a_drain_past_its_deadline_pushes_nothing_and_resumes(
+    make_fleet: FleetFactory, eventlog: EventLog
+) -> None:
+    held = VllmControl(hold=asyncio.Event())
+    fleet = await make_fleet(held, drain_timeout_s=0.2)
+    await push(fleet.learner, "run:1", "w/step-0")
+    async with httpx.AsyncClient(base_url=fleet.url) as http:
+        call = asyncio.create_task(one_call(http))
+        await wait_for(lambda: held.inflight == 1, what="a call in flight at the engine")
+        with pytest.raises(VllmPushError, match=r"1 calls still in flight after 0.2 s; nothing pushed"):
+            await push(fleet.learner, "run:2", "w/step-1")
+        assert held.weights == ["models/start", "w/step-0"]
+        state = (await http.get("/admin/inflight", headers=ADMIN)).json()
+        assert state["paused"] is False and state["versions"] == {fleet.engines[0]: "run:1"}
+        assert held.hold is not None
+        held.hold.set()
+        assert (await call).status_code == 200
+    [recorded] = await model_calls(eventlog, 1)
+    assert recorded.resources_id == "run:1"
+    events = await control_events(eventlog)
+    assert [type(e).__name__ for e in events] == ["GatewayPaused", "GatewayResumed"] * 2
+    assert events[3].versions == {}  # unchanged
+
+
+async def test_an_engine_the_gateway_does_not_have_is_refused_before_any_reload(make_fleet: FleetFactory) -> None:
+    stub = VllmControl()
+    fleet = await make_fleet(stub)
+    settings = fleet.learner.model_copy(update={"vllm_urls": [*fleet.engines, "http://127.0.0.1:9"]})
+    with pytest.raises(VllmPushError, match=r"http://127.0.0.1:9 not among the gateway's engines"):
+        await push(settings, "run:1", "w/step-0")
+    assert stub.ops == []
+    async with httpx.AsyncClient(base_url=fleet.url, headers=ADMIN) as http:
+        assert (await http.get("/admin/inflight")).json()["paused"] is False
+        refused = await http.post("/admin/resume", json={"versions": {"http://127.0.0.1:9": "x"}})
+        assert refused.status_code == 400 and refused.json()["error"]["type"] == "unknown_engine"

@@ -53,6 +53,18 @@ ARROW: dict[str, pa.Schema] = {
     "activity_rows": pa.schema(
         [("rollout_id", _TEXT), ("attempt_id", _TEXT), ("last_seen", _F64), ("events", _I64), ("last_seq", _I64)]
     ),
+    "rollout_rows": pa.schema(
+        [(c, _TEXT) for c in ("rollout_id", "status", "mode", "resources_id", "input", "config", "metadata")]
+        + [("start_time", _F64), ("end_time", _F64), ("attempt_count", _I32), ("latest_attempt_id", _TEXT)]
+        + [("reason", _TEXT), ("last_seq", _I64)]
+    ),
+    "attempt_rows": pa.schema(
+        [("rollout_id", _TEXT), ("attempt_id", _TEXT), ("sequence_id", _I32), ("status", _TEXT), ("worker_id", _TEXT)]
+        + [("start_time", _F64), ("end_time", _F64), ("last_heartbeat_time", _F64)]
+        + [(c, _TEXT) for c in ("error_type", "error_message", "metadata")]
+        + [("last_seq", _I64)]
+    ),
+    "state_rows": pa.schema([("rollout_id", _TEXT), ("state", pa.binary())]),
 }
 """Arrow types of the busiest blocks' rows (the table's column types; number lists as JSON text), so that
 no batch pays for type inference. Other blocks' types are inferred."""

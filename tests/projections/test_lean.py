@@ -9,13 +9,15 @@ import msgspec
 import pyarrow as pa
 import pytest
 
+from tests.benchmarks.bench_projector import control_events
 from voltbus.projections import lean
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
-from voltbus.projections.rows import ARROW, telemetry_row
+from voltbus.projections.rows import ARROW, rollout_rows, telemetry_row
 from voltbus.schemas import codec
 from voltbus.schemas.errors import DecodeError
 from voltbus.services.eventlog import BadEvent, Envelope
+from voltbus.services.lifecycle import decider
 from voltbus.store import Store
 
 from .conftest import dump
@@ -126,3 +128,14 @@ def test_fixed_arrow_schemas_name_every_column_of_their_rows() -> None:
             name, values = row
             assert list(values) == ARROW[name].names
             assert pa.Table.from_pylist([values], schema=ARROW[name]).to_pylist() == [values]
+
+
+def test_fixed_arrow_schemas_fit_the_rollout_rows() -> None:
+    state = decider.initial_state()
+    for event in control_events("t", 2):  # a queued rollout and its claimed attempt
+        state = decider.evolve(state, event)  # type: ignore[arg-type]
+    rollout, attempts = rollout_rows(state, 2)
+    state_row = {"rollout_id": rollout["rollout_id"], "state": msgspec.json.encode(state)}
+    for name, rows in (("rollout_rows", [rollout]), ("attempt_rows", attempts), ("state_rows", [state_row])):
+        assert list(rows[0]) == ARROW[name].names
+        assert pa.Table.from_pylist(rows, schema=ARROW[name]).to_pylist() == rows

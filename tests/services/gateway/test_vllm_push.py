@@ -17,6 +17,7 @@ from tests.conftest import wait_for
 from voltbus.schemas import GatewayPaused, GatewayResumed
 from voltbus.services.eventlog import Envelope, EventLog
 from voltbus.services.gateway import build_app
+from voltbus.services.gateway.record import Call, model_called
 from voltbus.services.learner.vllm_push import VllmPushError, push
 from voltbus.services.settings import GatewaySettings, LearnerSettings, NatsSettings, Settings
 
@@ -125,6 +126,8 @@ async def test_calls_during_pushes_carry_the_version_that_sampled_them(
     assert {label for label, _ in labels} == {"run:1", "run:2"}
     assert {c.upstream for c in calls} == {f"{e}/v1" for e in fleet.engines}
     assert any(c.streamed for c in calls) and any(not c.streamed for c in calls)
+    spans = [c for c in calls if c.streamed and c.upstream == f"{fleet.engines[0]}/v1"]
+    assert spans and all(b'"weight_versions"' in bytes(c.response) for c in spans)  # kept from the last chunk
 
     events = await control_events(eventlog)
     assert [type(e).__name__ for e in events] == ["GatewayPaused", "GatewayResumed"] * 2
@@ -193,3 +196,16 @@ async def test_an_engine_the_gateway_does_not_have_is_refused_before_any_reload(
         assert (await http.get("/admin/inflight")).json()["paused"] is False
         refused = await http.post("/admin/resume", json={"versions": {"http://127.0.0.1:9": "x"}})
         assert refused.status_code == 400 and refused.json()["error"]["type"] == "unknown_engine"
+
+
+def test_the_engine_label_wins_then_vllm_spans_then_the_protocol() -> None:
+    call = Call("ro-1", "at-1", "chat", {"model": "policy"}, [], "http://gpu-1:8000/v1")
+    spans = [{"version": "run:1", "start": 0, "end": 1}, {"version": "run:2", "start": 1, "end": 2}]
+
+    def label(response: dict[str, Any]) -> str | None:
+        return model_called(call, response, http_status=200, served="run:1").resources_id
+
+    assert label({"choices": [{"token_ids": [1, 2]}]}) == "run:1"  # the protocol's
+    assert label({"choices": [{"token_ids": [1, 2], "weight_versions": spans[1:]}]}) == "run:2"
+    assert label({"choices": [{"token_ids": [1, 2], "weight_versions": spans}]}) is None  # two versions sampled it
+    assert label({"weight_version": "run:3", "choices": [{"token_ids": [1, 2], "weight_versions": spans}]}) == "run:3"

@@ -93,25 +93,31 @@ class ServerSwap:
 
 
 async def swap(http: httpx.AsyncClient, url: str, resources_id: str, path: str, timeout: float) -> ServerSwap:
-    """Pause one vLLM server, reload its weights from ``path``, label them, resume it."""
-    base, out = root(url), ServerSwap(root(url))
-    where = f"vLLM server {base}"
+    """Pause one vLLM server, reload its weights from ``path``, label them, resume it; every failure
+    (a resume's too) is in ``error``."""
+    out = ServerSwap(root(url))
+    where, errors = f"vLLM server {out.url}", []
     try:
-        paused = await request(http, "POST", f"{base}/pause", f"{where}: POST /pause", timeout, params={"mode": "wait"})
-        if paused.status_code == 404:
-            raise VllmPushError(f"{where}: POST /pause: 404 (start it with VLLM_SERVER_DEV_MODE=1)")
-        try:
-            out.reloaded = True
-            rpc = {"method": "reload_weights", "kwargs": {"weights_path": path}}
-            what = f"{where}: reload_weights from {path}"
-            must(await request(http, "POST", f"{base}/collective_rpc", what, timeout, json=rpc), what)
-            what = f"{where}: POST /reset_prefix_cache"
-            must(await request(http, "POST", f"{base}/reset_prefix_cache", what, timeout), what)
-            out.labelled = await label(http, base, resources_id, timeout)
-        finally:
-            await request(http, "POST", f"{base}/resume", f"{where}: POST /resume", timeout)
+        what = f"{where}: POST /pause"
+        must(await request(http, "POST", f"{out.url}/pause", what, timeout, params={"mode": "wait"}), what)
     except VllmPushError as exc:
         out.error = str(exc)
+        return out
+    out.reloaded = True
+    try:
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": path}}
+        what = f"{where}: reload_weights from {path}"
+        must(await request(http, "POST", f"{out.url}/collective_rpc", what, timeout, json=rpc), what)
+        what = f"{where}: POST /reset_prefix_cache"
+        must(await request(http, "POST", f"{out.url}/reset_prefix_cache", what, timeout), what)
+        out.labelled = await label(http, out.url, resources_id, timeout)
+    except Exception as exc:  # a garbled answer too: the server must still be resumed, as unknown
+        errors.append(str(exc) if isinstance(exc, VllmPushError) else f"{where}: {type(exc).__name__}: {exc}")
+    try:
+        await request(http, "POST", f"{out.url}/resume", f"{where}: POST /resume", timeout)
+    except VllmPushError as exc:
+        errors.append(str(exc))
+    out.error = "; ".join(errors) or None
     return out
 
 
@@ -129,7 +135,10 @@ async def label(http: httpx.AsyncClient, base: str, resources_id: str, timeout: 
         return False
     what = f"vLLM server {base}: GET /weight_info"
     info = await request(http, "GET", f"{base}/weight_info", what, timeout)
-    reported = info.json().get("weight_version") if info.status_code == 200 else None
+    try:
+        reported = info.json().get("weight_version") if info.status_code == 200 else None
+    except (ValueError, AttributeError):
+        reported = None
     if reported != resources_id:
         raise VllmPushError(f"{what}: reports weight_version {reported!r} after the update, not {resources_id!r}")
     return True
@@ -185,6 +194,24 @@ class GatewayAdmin:
             raise VllmPushError(f"gateway resumed without the new versions: {exc}") from None
 
 
+async def swap_all(
+    http: httpx.AsyncClient, gw: GatewayAdmin, settings: LearnerSettings, report: PushReport, path: str
+) -> None:
+    """With the gateway paused: drain it, then swap every server at once (``report.servers``)."""
+    started = time.monotonic()
+    state = await gw.drain(settings.drain_timeout_s)
+    report.drain_s = time.monotonic() - started
+    engines = state.get("versions") or {}
+    unknown = [root(u) for u in settings.vllm_urls if root(u) not in engines]
+    if unknown:
+        raise VllmPushError(f"{', '.join(unknown)} not among the gateway's engines {list(engines)}")
+    started = time.monotonic()
+    report.servers = await asyncio.gather(
+        *(swap(http, u, report.resources_id, path, settings.vllm_timeout_s) for u in settings.vllm_urls)
+    )
+    report.swap_s = time.monotonic() - started
+
+
 async def push(
     settings: LearnerSettings, resources_id: str, weights: str | Path, *, http: httpx.AsyncClient | None = None
 ) -> PushReport:
@@ -197,23 +224,15 @@ async def push(
     await gw.pause(f"weight swap to {resources_id}")
     paused, errors = time.monotonic(), []
     try:
-        state = await gw.drain(settings.drain_timeout_s)
-        report.drain_s = time.monotonic() - paused
-        unknown = [root(u) for u in settings.vllm_urls if root(u) not in state.get("versions", {})]
-        if unknown:
-            raise VllmPushError(f"{', '.join(unknown)} not among the gateway's engines {list(state['versions'])}")
-        started = time.monotonic()
-        report.servers = await asyncio.gather(
-            *(swap(http, u, resources_id, path, settings.vllm_timeout_s) for u in settings.vllm_urls)
-        )
-        report.swap_s = time.monotonic() - started
+        await swap_all(http, gw, settings, report, path)
         errors = [s.error for s in report.servers if s.error]
-    except VllmPushError as exc:
-        errors.append(str(exc))
-    try:
-        await gw.resume({s.url: None if s.error else resources_id for s in report.servers if s.reloaded})
-    except VllmPushError as exc:
-        errors.append(str(exc))
+    except Exception as exc:  # a garbled answer too: the gateway must still be resumed
+        errors.append(str(exc) if isinstance(exc, VllmPushError) else f"{type(exc).__name__}: {exc}")
+    finally:  # cancelled included
+        try:
+            await gw.resume({s.url: None if s.error else resources_id for s in report.servers if s.reloaded})
+        except VllmPushError as exc:
+            errors.append(str(exc))
     report.paused_s = time.monotonic() - paused
     if errors:
         raise VllmPushError(f"weight push of {resources_id} failed: " + "; ".join(errors))

@@ -60,6 +60,8 @@ class VllmControl:
     entered: asyncio.Event = field(default_factory=asyncio.Event)
     ops: list[str] = field(default_factory=list)
     """The control operations received, in order."""
+    garbled_weight_info: bool = False
+    """True: ``/weight_info`` answers 200 with a body that is not JSON."""
     version_routes: bool = True
     """False: no ``/update_weight_version`` and ``/weight_info`` (404), as in vLLMs before them."""
 
@@ -147,6 +149,8 @@ def stub_vllm_app(control: VllmControl) -> Starlette:
         if name in ("update_weight_version", "weight_info") and not control.version_routes:
             return JSONResponse({"detail": "Not Found"}, status_code=404)
         control.ops.append(name)
+        if name == "weight_info" and control.garbled_weight_info:
+            return Response(b"<html>proxy error</html>", status_code=200)
         if name == "weight_info":
             return JSONResponse({"weight_version": control.label})
         if name == "update_weight_version":

@@ -140,21 +140,23 @@ async def test_a_failed_reload_resumes_the_gateway_and_names_the_server(
 ) -> None:
     broken = VllmControl(reload_error="CUDA out of memory")
     slow = VllmControl(reload_s=1.0)
-    fleet = await make_fleet(broken, slow, vllm_timeout_s=0.3)
+    garbled = VllmControl(garbled_weight_info=True)
+    fleet = await make_fleet(broken, slow, garbled, vllm_timeout_s=0.3)
     with pytest.raises(VllmPushError) as failed:
         await push(fleet.learner, "run:2", "w/step-1")
     message = str(failed.value)
     assert f"vLLM server {fleet.engines[0]}: reload_weights from w/step-1: HTTP 500" in message
     assert "CUDA out of memory" in message
     assert f"vLLM server {fleet.engines[1]}: reload_weights from w/step-1: no answer within 0.3 s" in message
-    assert broken.ops[-1] == slow.ops[-1] == "resume"  # vLLM itself is not left paused either
+    assert f"vLLM server {fleet.engines[2]}: GET /weight_info: reports weight_version None" in message
+    assert broken.ops[-1] == slow.ops[-1] == garbled.ops[-1] == "resume"  # vLLM itself is not left paused either
 
     async with httpx.AsyncClient(base_url=fleet.url, headers=ADMIN) as http:
         state = (await http.get("/admin/inflight")).json()
         assert state["paused"] is False
         assert state["versions"] == {e: None for e in fleet.engines}  # unknown, not the old label
-        assert [(await one_call(http)).status_code for _ in range(2)] == [200, 200]
-    calls = await model_calls(eventlog, 2)
+        assert [(await one_call(http)).status_code for _ in range(3)] == [200, 200, 200]
+    calls = await model_calls(eventlog, 3)
     assert {c.upstream for c in calls} == {f"{e}/v1" for e in fleet.engines}
     assert all(c.resources_id is None for c in calls)
     [_, resumed] = await control_events(eventlog)

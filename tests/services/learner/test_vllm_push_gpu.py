@@ -1,0 +1,91 @@
+"""The weight push against a real vLLM server on a CUDA GPU (marker ``gpu``).
+
+Needs the ``vllm`` command (``VOLTBUS_TEST_VLLM`` names it when it lives in its own environment) and
+a GPU. Two tiny models with different random weights: after each push the gateway's recorded call
+carries the pushed version, and its logprobs are those of the pushed weights as torch computes them.
+Written from vLLM's documented routes; it has not run yet (no GPU with vLLM where it was written).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from tests.services.gateway.conftest import model_calls
+from tests.services.gateway.stub_llm import serve
+from voltbus.model import load_model_dir, sequence_logprobs
+from voltbus.model.tiny import build_tiny_model, save_model_dir
+from voltbus.model.tokenizer import build_tokenizer
+from voltbus.services.eventlog import EventLog
+from voltbus.services.gateway import build_app
+from voltbus.services.learner.vllm_push import push
+from voltbus.services.serving import free_port
+from voltbus.services.settings import GatewaySettings, LearnerSettings, NatsSettings, Settings
+
+VLLM = os.environ.get("VOLTBUS_TEST_VLLM") or shutil.which("vllm")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(VLLM is None, reason="needs vLLM's `vllm` command (or VOLTBUS_TEST_VLLM naming it)"),
+]
+
+PROMPT = [1, 22, 15, 23, 33]  # "2+3=" in the tiny tokenizer
+
+
+def model_dir(path: Path, seed: int) -> Path:
+    return save_model_dir(build_tiny_model(seed=seed), build_tokenizer(), path)
+
+
+@pytest.fixture
+def vllm_url(tmp_path: Path) -> Iterator[str]:
+    """A vLLM OpenAI server in dev mode serving the seed-0 model, until the test ends."""
+    port = free_port()
+    cmd = [str(VLLM), "serve", str(model_dir(tmp_path / "start", 0)), "--served-model-name", "policy"]
+    cmd += ["--port", str(port), "--gpu-memory-utilization", "0.2", "--enforce-eager", "--max-model-len", "256"]
+    log = (tmp_path / "vllm.log").open("wb")
+    proc = subprocess.Popen(cmd, env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"}, stdout=log, stderr=log)
+    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 600
+    try:
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, (tmp_path / "vllm.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "vLLM did not start within 600 s"
+            time.sleep(1)  # a subprocess starting: polled, no event to wait on
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        log.close()
+
+
+@pytest.mark.timeout(900)
+async def test_each_push_is_served_and_labelled(
+    vllm_url: str, nats_settings: NatsSettings, eventlog: EventLog, tmp_path: Path
+) -> None:
+    cfg = GatewaySettings(upstream_url=f"{vllm_url}/v1", admin_key="root")
+    async with serve(build_app(Settings(nats=nats_settings, gateway=cfg)), "on") as gw:
+        learner = LearnerSettings(gateway_url=f"{gw}/v1", vllm_urls=[vllm_url], gateway_admin_key="root")
+        body = {"model": "policy", "prompt": PROMPT, "max_tokens": 8, "temperature": 0.0}
+        for n, seed in enumerate([1, 2], start=1):
+            weights = model_dir(tmp_path / f"step-{n}", seed)
+            report = await push(learner, f"run:{n}", weights)
+            async with httpx.AsyncClient(base_url=gw, timeout=60) as http:
+                assert (await http.post("/v1/completions", json=body)).status_code == 200
+            call = (await model_calls(eventlog, n))[-1]
+            assert call.resources_id == f"run:{n}", report
+            model, _ = load_model_dir(weights)
+            expected = sequence_logprobs(model, call.prompt_ids, call.response_ids)
+            assert call.logprobs == pytest.approx(expected, abs=2e-2)

@@ -19,10 +19,14 @@ Cases:
                    the feed alone (Feed.batch: read + decode), rows + fold alone (no DuckDB), lag by position
 
 The raw insert is the projector's own DuckDB work without the rest: the row dicts each batch of
-``--batch`` events produces are captured beforehand (by the projector's own mapping, rows.py and the
-lifecycle fold), then timed: per batch, one transaction, per table ``pa.Table.from_pylist`` + the
-table's SQL block (``INSERT INTO t BY NAME SELECT * FROM batch``; ``INSERT OR REPLACE`` for rollouts,
-attempts and states), no checkpoint row.
+``--batch`` events produces are captured beforehand (read through the projector's feed, so spans are
+decoded by lean.py as the projector decodes them, then mapped by rows.py and the lifecycle fold), then
+timed: per batch, one transaction, per table ``pa.Table.from_pylist`` with the projector's fixed Arrow
+schema (``rows.ARROW``, where it has one) + the table's SQL block (``INSERT INTO t BY NAME SELECT *
+FROM batch``; ``INSERT OR REPLACE`` for rollouts, attempts and states; ModelCalled's number lists
+arrive as JSON text and the block turns them into lists with ``from_json_strict``), no checkpoint
+row. After the fill the captured rows are frozen out of the garbage collector (``gc.freeze``), so
+neither side's collections scan the bench's own data.
 """
 
 from __future__ import annotations

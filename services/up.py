@@ -29,7 +29,7 @@ import httpx
 from voltbus.schemas.errors import BusStartFailed, VoltbusError
 from voltbus.schemas.subjects import Topology
 
-from .compose import AUTH_MOUNT, Service, namespace_of, read_compose, start_order
+from .compose import AUTH_MOUNT, VOLTBUS, Service, namespace_of, read_compose, start_order
 from .natsauth import init_auth
 from .natsserver import NatsServer
 from .settings import BusSettings
@@ -188,13 +188,22 @@ class Up:
 
 
 def select(services: dict[str, Service], names: list[str] | None, profiles: list[str]) -> dict[str, Service]:
-    """The services asked for (default: every one without a profile, plus those of ``profiles``)."""
+    """The services asked for (default: every one without a profile, plus those of ``profiles``); a
+    service that runs another image than voltbus's (vLLM) is refused: it needs its container."""
     if names:
         unknown = [n for n in names if n not in services]
         if unknown:
             raise ServiceFailed(f"no service {', '.join(unknown)} in the compose file (it has {', '.join(services)})")
-        return {n: s for n, s in services.items() if n in names}
-    return {n: s for n, s in services.items() if not s.profiles or set(s.profiles) & set(profiles)}
+        chosen = {n: s for n, s in services.items() if n in names}
+    else:
+        chosen = {n: s for n, s in services.items() if not s.profiles or set(s.profiles) & set(profiles)}
+    foreign = [n for n, s in chosen.items() if n != "nats" and s.argv[: len(VOLTBUS)] != VOLTBUS]
+    if foreign:
+        raise ServiceFailed(
+            f"{', '.join(foreign)} runs its own image, not a voltbus command: start it with docker compose "
+            "(or by hand) and name the others with --services"
+        )
+    return chosen
 
 
 def summary(up: Up, took_s: float) -> str:

@@ -35,8 +35,8 @@ from voltbus.services.settings import Settings
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 CORE = ["nats", "coordinator", "projector", "dashboard", "inference", "gateway", "runner", "learner"]
-GPU = ["vllm", "learner-verl"]
-ROLE_OF = {name: name for name in CORE[1:]} | {"learner-verl": "learner"}
+GPU = ["vllm", "gateway-gpu", "learner-verl"]
+ROLE_OF = {name: name for name in CORE[1:]} | {"learner-verl": "learner", "gateway-gpu": "gateway"}
 """The bus user (docs/security.md) each voltbus service runs as."""
 
 
@@ -159,15 +159,23 @@ def test_example_files_the_services_run() -> None:
     assert [json.loads(line) for line in lines] == module.tasks()
 
 
-def test_gpu_profile(doc: dict[str, Any]) -> None:
+def test_gpu_profile(doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     vllm = services(doc)["vllm"]
     assert vllm["image"].startswith("vllm/vllm-openai")
     assert "--enable-sleep-mode" in vllm["command"]
     assert vllm["environment"]["VLLM_SERVER_DEV_MODE"] == "1"
     device = vllm["deploy"]["resources"]["reservations"]["devices"][0]
     assert device["capabilities"] == ["gpu"] and device["driver"] == "nvidia"
+    assert "/models/policy" in vllm["command"] and "learner-data:/data:ro" in vllm["volumes"]
+    gateway = services(doc)["gateway-gpu"]
+    assert gateway["command"][-1] == "http://vllm:8001/v1" and "vllm" in gateway["depends_on"]
     verl = services(doc)["learner-verl"]
-    assert "not built yet" in " ".join(verl["command"]) and verl["restart"] == "no"
+    env = verl["environment"]
+    assert verl["build"]["args"] == {"VB_EXTRAS": "gpu"} and env["VOLTBUS_LEARNER__BACKEND"] == "verl"
+    assert env["VOLTBUS_LEARNER__GATEWAY_URL"] == "http://gateway-gpu:8767/v1"
+    monkeypatch.setenv("VOLTBUS_LEARNER__VLLM_URLS", env["VOLTBUS_LEARNER__VLLM_URLS"])
+    assert Settings().learner.vllm_urls == ["http://vllm:8001"]  # the push goes to the vLLM the gateway routes to
+    assert "learner-data:/data" in verl["volumes"] and env["VOLTBUS_LEARNER__WEIGHTS_DIR"] == "/data/weights"
 
 
 def test_every_variable_has_a_documented_default() -> None:
@@ -184,7 +192,7 @@ def test_dockerfile_builds_from_the_repository() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert text.startswith("#") and "FROM python:3.11-slim" in text
     assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
-    assert "pip install -e '.[learn]'" in text
+    assert "ARG VB_EXTRAS=learn" in text and 'pip install -e ".[$VB_EXTRAS]"' in text  # gpu: the verl learner
     for line in text.splitlines():
         if line.startswith("COPY "):
             for src in line.split()[1:-1]:
@@ -247,3 +255,16 @@ def test_topology_is_localized_for_voltbus_up(auth_dir: Path, tmp_path: Path) ->
     assert topo["projector"].health_url == "http://127.0.0.1:9999/health"
     assert topo["nats"].host_ports == [4222, 8222] and topo["runner"].replicas == 2
     assert interpolate("${VB_X:-a}", {"VB_X": "b"}) == "b"
+
+
+def test_voltbus_up_refuses_the_vllm_image_and_runs_the_gpu_profile_s_voltbus_services(
+    auth_dir: Path, tmp_path: Path
+) -> None:
+    from voltbus.services.up import ServiceFailed, select
+
+    topo = load_topology(COMPOSE, {"VB_AUTH_DIR": str(auth_dir)}, tmp_path)
+    assert "vllm" not in select(topo, None, []) and "learner-verl" not in select(topo, None, [])
+    with pytest.raises(ServiceFailed, match=r"^vllm runs its own image, not a voltbus command"):
+        select(topo, None, ["gpu"])
+    chosen = select(topo, ["nats", "gateway-gpu", "learner-verl"], [])
+    assert chosen["learner-verl"].env["VOLTBUS_LEARNER__BACKEND"] == "verl"

@@ -29,7 +29,7 @@ from voltbus.schemas.training import StepStarted
 from voltbus.services.settings import LearnerSettings
 from voltbus.store import EnqueueRolloutRequest
 
-from . import checkpoints
+from . import checkpoints, vllm_push
 from .actor import Actor, load_actor
 from .backend import check_backend
 from .batch import prepare, version_number
@@ -79,7 +79,14 @@ class GRPO:
         ]
 
     async def publish(self, session: Session, weights: Path, sha256: str) -> str:
-        """Publish a version naming these weights (reusing the bundle's latest if it already names them)."""
+        """Publish a version naming these weights (reusing the bundle's latest if it already names them),
+        and push them to the vLLM servers of ``learner.vllm_urls`` with the gateway paused and drained
+        (inference servers following the bus swap on their own)."""
+        resources_id = await self._publish(session, weights, sha256)
+        await vllm_push.push_if_configured(self.settings, resources_id, weights)
+        return resources_id
+
+    async def _publish(self, session: Session, weights: Path, sha256: str) -> str:
         latest = await session.store.get_resources_by_id(session.run_id)
         if latest is not None:
             llm = latest.resources.get("main_llm")

@@ -211,3 +211,27 @@ def test_the_engine_label_wins_then_vllm_spans_then_the_protocol() -> None:
     assert label({"choices": [{"token_ids": [1, 2], "weight_versions": spans[1:]}]}) == "run:2"
     assert label({"choices": [{"token_ids": [1, 2], "weight_versions": spans}]}) is None  # two versions sampled it
     assert label({"weight_version": "run:3", "choices": [{"token_ids": [1, 2], "weight_versions": spans}]}) == "run:3"
+
+
+async def test_the_learner_pushes_each_version_it_publishes(
+    make_fleet: FleetFactory, nats_settings: NatsSettings, tmp_path
+) -> None:
+    from voltbus.services.learner.loop import GRPO
+    from voltbus.services.learner.session import Session
+    from voltbus.store import connect
+
+    stub = VllmControl()
+    fleet = await make_fleet(stub)
+    weights = tmp_path / "run" / "step-0" / "model.safetensors"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"weights of step 0")
+    store = await connect(settings=nats_settings, name="test-learner")
+    try:
+        loop = GRPO(fleet.learner.model_copy(update={"weights_in_bus_mb": 0}))
+        published = await loop.publish(Session(store, "run", "http://127.0.0.1:9"), weights, "ab" * 32)
+    finally:
+        await store.close()
+    assert published == "run:1"
+    assert stub.weights[-1] == str(weights.parent) and stub.label == "run:1"  # loaded and labelled by the learner
+    async with httpx.AsyncClient(base_url=fleet.url, headers=ADMIN) as http:
+        assert (await http.get("/admin/inflight")).json()["paused"] is False

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
@@ -52,6 +53,8 @@ METRICS = {
     "lr": "lr",
 }
 """verl's metric names → the names ``grpo.update`` reports (the rest of verl's metrics are not kept)."""
+
+log = logging.getLogger(__name__)
 
 
 def update_fields(
@@ -243,9 +246,11 @@ class VerlActor:
         tok = model.tokenizer
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id or 0)
         self.config = json.loads((self.source / "config.json").read_text())
-        self.last_saved: Path | None = checkpoint
+        self.saved: list[Path] = [checkpoint] if checkpoint is not None else []
         if checkpoint is not None and (checkpoint / OPTIMIZER).is_file():
             self._load_optimizer(checkpoint / OPTIMIZER)
+        elif checkpoint is not None:
+            log.warning("verl actor: %s has no %s; resuming with a fresh optimizer state", checkpoint, OPTIMIZER)
 
     def update(self, rows: Sequence[Row], advantages: Mapping[str, float]) -> dict[str, float]:
         from verl.utils import tensordict_utils as tu
@@ -284,14 +289,17 @@ class VerlActor:
         (folder / WEIGHTS).chmod(0o644)  # save_file writes 0600; servers may run as another user
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         torch.save(get_optimizer_state_dict(engine.module, engine.optimizer, options=options), folder / OPTIMIZER)
-        if self.last_saved is not None and self.last_saved != folder:  # only the newest is resumed from
-            (self.last_saved / OPTIMIZER).unlink(missing_ok=True)
-        self.last_saved = folder
+        # A resume starts from the last *recorded* checkpoint, which is this one or, until the loop records
+        # it, the one before: keep those two optimizer states (~8 bytes per parameter each), drop older ones.
+        self.saved = [p for p in self.saved if p != folder] + [folder]
+        for older in self.saved[:-2]:
+            (older / OPTIMIZER).unlink(missing_ok=True)
+        self.saved = self.saved[-2:]
         return folder / WEIGHTS, weights_sha256(folder / WEIGHTS)
 
     def _load_optimizer(self, path: Path) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         engine = self.worker.engine
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)  # may come from the bus: no pickles
         set_optimizer_state_dict(engine.module, engine.optimizer, state, options=StateDictOptions(full_state_dict=True))

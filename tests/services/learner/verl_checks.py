@@ -81,8 +81,11 @@ def check_resume(model_dir: Path, tmp_path: Path) -> None:
             assert torch.allclose(tensor.float().cpu(), saved[name].float()), name
     second.update(rows, ADVANTAGES)
     again, _ = second.save("run", 1)
-    assert not (weights.parent / OPTIMIZER).is_file()  # only the newest version keeps its optimizer state
-    assert (again.parent / OPTIMIZER).is_file()
+    assert (weights.parent / OPTIMIZER).is_file()  # still the last recorded checkpoint until step 1 is
+    second.update(rows, ADVANTAGES)
+    third, _ = second.save("run", 2)
+    assert not (weights.parent / OPTIMIZER).is_file()  # the two newest versions keep their optimizer state
+    assert (again.parent / OPTIMIZER).is_file() and (third.parent / OPTIMIZER).is_file()
 
 
 def check_kl(model_dir: Path, tmp_path: Path) -> None:

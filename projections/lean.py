@@ -28,8 +28,15 @@ LISTS = {"prompt_ids": False, "response_ids": False, "logprobs": True}
 _EMPTY = msgspec.Raw(b"[]")
 _SPACE = b" \t\r\n"
 _INT_CHARS = b"0123456789,-[]" + _SPACE
-_FLOAT_CHARS = _INT_CHARS + b".+"
+_KINDS = bytes(
+    48 if b in b"0123456789" else 101 if b in b"eE" else 46 if b in _INT_CHARS + b".+" else 120 for b in range(256)
+)
+"""A ``bytes.translate`` table for float lists: a digit to ``0``, an exponent to ``e``, anything else a float
+list may hold to ``.``, the rest to ``x``."""
 _BIG_EXPONENT = re.compile(rb"[eE][+-]?0*[1-9]\d\d")
+_LONG_DIGITS = b"0" * 100
+"""A run of digits this long: below it and below exponent 100, a float is within 1e-198..1e198, no
+overflow, no underflow, read alike by msgspec and DuckDB (a longer run goes to the strict codec)."""
 
 
 def _lean_fields() -> list[tuple[Any, ...]]:
@@ -62,8 +69,9 @@ def plain_numbers(raw: bytes, floats: bool) -> bool:
     commas, brackets and white space, and no trailing comma.
 
     This only rules out what DuckDB's ``from_json_strict`` would take but msgspec refuses (strings of
-    digits, true/false/null, fractions for integers, a trailing comma, a float out of range); DuckDB
-    refuses nesting, and msgspec has already checked that the text is valid JSON.
+    digits, true/false/null, fractions for integers, a trailing comma, a float out of range: an exponent
+    of 100 or more, or 100 digits in a row); DuckDB refuses nesting, and msgspec has already checked that
+    the text is valid JSON.
 
     >>> plain_numbers(b"[1,-2, 3]", False), plain_numbers(b"[1.5]", False), plain_numbers(b"[-1.5e-05,2]", True)
     (True, False, True)
@@ -71,9 +79,16 @@ def plain_numbers(raw: bytes, floats: bool) -> bool:
     (False, False, False)
     >>> plain_numbers(b"[true]", True), plain_numbers(b"[1e400]", True), plain_numbers(b"null", True)
     (False, False, False)
+    >>> plain_numbers(b"[1" + b"0" * 98 + b"e99]", True), plain_numbers(b"[1" + b"0" * 99 + b"]", True)
+    (True, False)
     """
-    rest = raw.translate(None, _FLOAT_CHARS if floats else _INT_CHARS)
-    if rest and not (floats and not rest.strip(b"eE") and not _BIG_EXPONENT.search(raw)):
+    if floats:
+        kinds = raw.translate(_KINDS)
+        if b"x" in kinds or _LONG_DIGITS in kinds:
+            return False
+        if b"e" in kinds and _BIG_EXPONENT.search(raw):
+            return False
+    elif raw.translate(None, _INT_CHARS):
         return False
     tail = raw[-16:].rstrip(_SPACE)[:-1].rstrip(_SPACE)  # before the closing bracket
     return tail[-1:] not in (b",", b"")

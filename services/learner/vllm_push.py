@@ -15,10 +15,13 @@ pushes each version to it between steps (``learner.vllm_urls``), through vLLM's 
    {"<vLLM URL>": "<resources id>"}}`` (recorded as ``GatewayResumed``); from then on the gateway
    labels the calls those engines serve with that version.
 
-Whatever fails, the gateway is resumed: a server whose reload failed or was not confirmed is
-resumed as unknown (its calls are recorded with no version, never a wrong one), one never touched
-keeps its version, and ``VllmPushError`` names each server and its answer. Every request has a
-deadline (``vllm_timeout_s``; the drain ``drain_timeout_s``) and says which one ran out.
+Whatever fails, cancelled included, every vLLM server asked to pause and the gateway are sent a
+resume (also after a pause whose answer timed out: it may have been applied late). A server whose
+reload failed, was not confirmed, or was cut short by a cancel is resumed as unknown (its calls are
+recorded with no version, never a wrong one), one never touched keeps its version; if the gateway
+refuses the resume carrying the versions, it is resumed with every reloaded server unknown. A
+``VllmPushError`` names each server and its answer. Every request has a deadline
+(``vllm_timeout_s``; the drain ``drain_timeout_s``) and says which one ran out.
 """
 
 from __future__ import annotations
@@ -90,21 +93,28 @@ class ServerSwap:
     labelled: bool = False
     """vLLM took the version label and reported it back (``/update_weight_version``, ``/weight_info``)."""
     error: str | None = None
+    finished: bool = False
+    """The swap ran to its end (False: cancelled on the way, its outcome unknown)."""
+
+    def version(self, resources_id: str) -> str | None:
+        """What the gateway is told this engine serves (call only when ``told``)."""
+        return resources_id if self.finished and not self.error else None
+
+    @property
+    def told(self) -> bool:
+        """The gateway must be told: the weights may have changed (an unfinished swap included)."""
+        return self.reloaded or not self.finished
 
 
-async def swap(http: httpx.AsyncClient, url: str, resources_id: str, path: str, timeout: float) -> ServerSwap:
+async def swap(http: httpx.AsyncClient, out: ServerSwap, resources_id: str, path: str, timeout: float) -> None:
     """Pause one vLLM server, reload its weights from ``path``, label them, resume it; every failure
-    (a resume's too) is in ``error``."""
-    out = ServerSwap(root(url))
+    (a resume's too) is in ``out.error``. The resume is sent whatever happened, cancelled included: a
+    pause that timed out may still be applied on the server (``mode=wait`` answers late)."""
     where, errors = f"vLLM server {out.url}", []
     try:
         what = f"{where}: POST /pause"
         must(await request(http, "POST", f"{out.url}/pause", what, timeout, params={"mode": "wait"}), what)
-    except VllmPushError as exc:
-        out.error = str(exc)
-        return out
-    out.reloaded = True
-    try:
+        out.reloaded = True
         rpc = {"method": "reload_weights", "kwargs": {"weights_path": path}}
         what = f"{where}: reload_weights from {path}"
         must(await request(http, "POST", f"{out.url}/collective_rpc", what, timeout, json=rpc), what)
@@ -113,12 +123,13 @@ async def swap(http: httpx.AsyncClient, url: str, resources_id: str, path: str, 
         out.labelled = await label(http, out.url, resources_id, timeout)
     except Exception as exc:  # a garbled answer too: the server must still be resumed, as unknown
         errors.append(str(exc) if isinstance(exc, VllmPushError) else f"{where}: {type(exc).__name__}: {exc}")
-    try:
-        await request(http, "POST", f"{out.url}/resume", f"{where}: POST /resume", timeout)
-    except VllmPushError as exc:
-        errors.append(str(exc))
-    out.error = "; ".join(errors) or None
-    return out
+    finally:  # cancelled included: vLLM is never left paused
+        try:
+            await request(http, "POST", f"{out.url}/resume", f"{where}: POST /resume", timeout)
+        except VllmPushError as exc:
+            errors.append(str(exc))
+        out.error = "; ".join(errors) or None
+    out.finished = True
 
 
 def must(resp: httpx.Response, what: str) -> None:
@@ -158,8 +169,8 @@ class PushReport:
 class GatewayAdmin:
     """The gateway's pause, drain and resume, as the learner calls them."""
 
-    def __init__(self, http: httpx.AsyncClient, settings: LearnerSettings) -> None:
-        self.http, self.base = http, root(settings.gateway_url)
+    def __init__(self, http: httpx.AsyncClient, settings: LearnerSettings, timeout: float = ADMIN_TIMEOUT_S) -> None:
+        self.http, self.base, self.timeout = http, root(settings.gateway_url), timeout
         key = settings.gateway_admin_key
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
 
@@ -171,27 +182,29 @@ class GatewayAdmin:
         return resp.json()
 
     async def pause(self, reason: str) -> None:
-        await self.call("POST", "/admin/pause", ADMIN_TIMEOUT_S, json={"reason": reason})
+        await self.call("POST", "/admin/pause", self.timeout, json={"reason": reason})
 
     async def drain(self, timeout: float) -> dict[str, Any]:
         """The state after waiting for in-flight calls; VllmPushError when some are left at the deadline."""
-        state = await self.call("GET", "/admin/inflight", timeout + ADMIN_TIMEOUT_S, params={"wait_s": timeout})
+        state = await self.call("GET", "/admin/inflight", timeout + self.timeout, params={"wait_s": timeout})
         if not state.get("drained"):
             n = state.get("inflight")
             raise VllmPushError(f"gateway {self.base}: {n} calls still in flight after {timeout:g} s; nothing pushed")
         return state
 
     async def resume(self, versions: dict[str, str | None]) -> None:
-        """Resume with ``versions``; if that is refused, resume without them (the engines' versions
-        left as they were) and raise; VllmPushError saying so when the gateway stays paused."""
+        """Resume with ``versions``; if that is refused, resume with every one of those engines unknown
+        (None: their weights may have changed, so neither the old nor the new label is safe) and raise;
+        VllmPushError saying so when the gateway stays paused."""
         try:
-            await self.call("POST", "/admin/resume", ADMIN_TIMEOUT_S, json={"versions": versions})
+            await self.call("POST", "/admin/resume", self.timeout, json={"versions": versions})
         except VllmPushError as exc:
+            unknown = dict.fromkeys(versions)
             try:
-                await self.call("POST", "/admin/resume", ADMIN_TIMEOUT_S, json={})
+                await self.call("POST", "/admin/resume", self.timeout, json={"versions": unknown})
             except VllmPushError as again:
                 raise VllmPushError(f"gateway left paused: {exc}; {again}") from None
-            raise VllmPushError(f"gateway resumed without the new versions: {exc}") from None
+            raise VllmPushError(f"gateway resumed with {sorted(unknown)} unknown: {exc}") from None
 
 
 async def swap_all(
@@ -206,32 +219,38 @@ async def swap_all(
     if unknown:
         raise VllmPushError(f"{', '.join(unknown)} not among the gateway's engines {list(engines)}")
     started = time.monotonic()
-    report.servers = await asyncio.gather(
-        *(swap(http, u, report.resources_id, path, settings.vllm_timeout_s) for u in settings.vllm_urls)
-    )
+    report.servers = [ServerSwap(root(u)) for u in settings.vllm_urls]  # from here on, a cancel leaves them unknown
+    timeout = settings.vllm_timeout_s
+    await asyncio.gather(*(swap(http, out, report.resources_id, path, timeout) for out in report.servers))
     report.swap_s = time.monotonic() - started
 
 
 async def push(
-    settings: LearnerSettings, resources_id: str, weights: str | Path, *, http: httpx.AsyncClient | None = None
+    settings: LearnerSettings,
+    resources_id: str,
+    weights: str | Path,
+    *,
+    http: httpx.AsyncClient | None = None,
+    admin_timeout_s: float = ADMIN_TIMEOUT_S,
 ) -> PushReport:
     """Load ``weights`` (the version's directory, or its ``model.safetensors``) on every
     ``settings.vllm_urls`` server as ``resources_id``, with the gateway paused and drained."""
     if http is None:
         async with httpx.AsyncClient() as client:
-            return await push(settings, resources_id, weights, http=client)
-    report, gw, path = PushReport(resources_id), GatewayAdmin(http, settings), version_dir(weights)
-    await gw.pause(f"weight swap to {resources_id}")
+            return await push(settings, resources_id, weights, http=client, admin_timeout_s=admin_timeout_s)
+    report, gw, path = PushReport(resources_id), GatewayAdmin(http, settings, admin_timeout_s), version_dir(weights)
     paused, errors = time.monotonic(), []
     try:
+        await gw.pause(f"weight swap to {resources_id}")
         await swap_all(http, gw, settings, report, path)
         errors = [s.error for s in report.servers if s.error]
     except Exception as exc:  # a garbled answer too: the gateway must still be resumed
         errors.append(str(exc) if isinstance(exc, VllmPushError) else f"{type(exc).__name__}: {exc}")
-    finally:  # cancelled included
+    finally:  # cancelled included; a pause whose answer timed out may still have been applied
         try:
-            await gw.resume({s.url: None if s.error else resources_id for s in report.servers if s.reloaded})
+            await gw.resume({s.url: s.version(resources_id) for s in report.servers if s.told})
         except VllmPushError as exc:
+            log.error("learner/vllm_push %s: %s", resources_id, exc)  # raised below, unless cancelled
             errors.append(str(exc))
     report.paused_s = time.monotonic() - paused
     if errors:

@@ -53,6 +53,8 @@ class VllmControl:
     """Requests in flight when each reload started (must all be 0)."""
     reload_s: float = 0.05
     """How long a reload takes (the engine's work)."""
+    pause_s: float = 0.0
+    """How long ``/pause?mode=wait`` takes to answer (vLLM waits for requests in flight); paused from its start."""
     reload_error: str | None = None
     """When set, ``reload_weights`` fails with this text (HTTP 500, as vLLM answers a worker error)."""
     hold: asyncio.Event | None = None
@@ -120,6 +122,7 @@ def stub_vllm_app(control: VllmControl) -> Starlette:
         control.ops.append(f"pause:{request.query_params.get('mode', 'abort')}")
         control.paused = True
         control.resumed.clear()
+        await asyncio.sleep(control.pause_s)  # the engine's own wait, not a test's synchronization
         return JSONResponse({"status": "paused"})
 
     async def resume(_: Request) -> Response:

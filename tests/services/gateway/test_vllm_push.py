@@ -5,79 +5,23 @@ recorded call carries the version that really sampled it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.conftest import wait_for
-from voltbus.schemas import GatewayPaused, GatewayResumed
-from voltbus.services.eventlog import Envelope, EventLog
-from voltbus.services.gateway import build_app
+from voltbus.schemas import GatewayResumed
+from voltbus.services.eventlog import EventLog
 from voltbus.services.gateway.record import Call, model_called
 from voltbus.services.learner.vllm_push import VllmPushError, push
-from voltbus.services.settings import GatewaySettings, LearnerSettings, NatsSettings, Settings
+from voltbus.services.settings import NatsSettings
 
 from .conftest import model_calls
-from .stub_llm import serve
-from .stub_vllm import VllmControl, stub_vllm_app, token_of
+from .stub_vllm import VllmControl, token_of
+from .vllm_fleet import ADMIN, FleetFactory, control_events, make_fleet, one_call
 
-CALL = {"model": "policy", "messages": [{"role": "user", "content": "2+2?"}]}
-ADMIN = {"Authorization": "Bearer root"}
-
-
-@dataclass
-class Fleet:
-    """A gateway in front of two stub vLLM servers, and the learner settings that push to both."""
-
-    url: str
-    engines: list[str]
-    stubs: list[VllmControl]
-    learner: LearnerSettings
-
-
-FleetFactory = Callable[..., Awaitable[Fleet]]
-
-
-@pytest.fixture
-async def make_fleet(nats_settings: NatsSettings) -> AsyncIterator[FleetFactory]:
-    async with AsyncExitStack() as stack:
-
-        async def make(*stubs: VllmControl, **learner: Any) -> Fleet:
-            engines = [await stack.enter_async_context(serve(stub_vllm_app(s))) for s in stubs]
-            cfg = GatewaySettings(upstream_urls=[f"{e}/v1" for e in engines], admin_key="root", engine_cooldown_s=0)
-            url = await stack.enter_async_context(serve(build_app(Settings(nats=nats_settings, gateway=cfg)), "on"))
-            stack.callback(release, stubs)  # before the servers stop: a held call would hold their shutdown
-            defaults = {"drain_timeout_s": 5.0, "vllm_timeout_s": 5.0, "gateway_admin_key": "root"}
-            settings = LearnerSettings(gateway_url=f"{url}/v1", vllm_urls=engines, **{**defaults, **learner})
-            return Fleet(url, engines, list(stubs), settings)
-
-        yield make
-
-
-def release(stubs: tuple[VllmControl, ...]) -> None:
-    for stub in stubs:
-        stub.resumed.set()
-        if stub.hold is not None:
-            stub.hold.set()
-
-
-async def control_events(eventlog: EventLog) -> list[Any]:
-    stored = [e.event async for e in eventlog.replay("control") if isinstance(e, Envelope)]
-    return [e for e in stored if isinstance(e, GatewayPaused | GatewayResumed)]
-
-
-async def one_call(http: httpx.AsyncClient, **extra: Any) -> httpx.Response:
-    """A call that retries while the gateway answers 429 (paused)."""
-    while True:
-        resp = await http.post("/v1/chat/completions", json={**CALL, **extra})
-        if resp.status_code != 429:
-            return resp
-        assert resp.headers["X-Agl-Paused"] == "true"
-        await asyncio.sleep(0.005)  # the agent's back-off, shorter than Retry-After to keep the test fast
+__all__ = ["make_fleet"]  # the fixture
 
 
 async def test_calls_during_pushes_carry_the_version_that_sampled_them(

@@ -16,6 +16,7 @@ import duckdb
 import msgspec
 import pyarrow as pa
 
+from voltbus.schemas import codec
 from voltbus.schemas.errors import DecodeError
 from voltbus.schemas.subjects import aggregate_of
 from voltbus.services.eventlog import BadEvent, Envelope
@@ -32,6 +33,9 @@ PROJECTION_VERSION = 4
 STREAMS = ("control", "spans")
 KEYS = {"WorkerStatusReported": ("worker_id",), "ResourcesPublished": ("resources_id",), "RunStarted": ("run_id",)}
 """Blocks that replace rows by key: within one batch only the last row per key is kept."""
+
+UNAPPLIABLE = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputException, pa.ArrowException, OverflowError)
+"""What rows out of a column's range (or type) raise in DuckDB or Arrow: the events that cause it are quarantined."""
 
 _state_decoder = msgspec.json.Decoder(RolloutState)
 
@@ -97,7 +101,26 @@ class Projector:
     def apply(self, stream: str, items: list[Envelope | BadEvent]) -> None:
         """Apply one batch of ``stream`` and move its checkpoint, atomically; already applied items are skipped.
 
-        A batch with lean events (see lean.py) that DuckDB refuses is applied again, decoded strictly."""
+        A batch whose rows DuckDB or Arrow refuse (a value out of a column's range) is applied in halves,
+        each in its own transaction, down to the events that fail on their own: each is quarantined with
+        the reason, and the rest lands. A failure of another kind (I/O, memory) is raised."""
+        try:
+            self._apply_lean(stream, items)
+        except UNAPPLIABLE as exc:
+            pending = [i for i in items if i.seq > self.positions[stream]]
+            if len(pending) > 1:
+                log.warning("batch of %s refused (%s): applying it in halves", stream, exc)
+                half = len(pending) // 2
+                self.apply(stream, pending[:half])
+                self.apply(stream, pending[half:])
+            elif pending:
+                log.error("quarantined %s seq %d: %s", stream, pending[0].seq, exc)
+                self._apply(stream, [_unapplied(pending[0], exc)])
+            else:
+                raise
+
+    def _apply_lean(self, stream: str, items: list[Envelope | BadEvent]) -> None:
+        """Apply a batch; one with lean events (see lean.py) that DuckDB refuses again, decoded strictly."""
         try:
             self._apply(stream, items)
         except duckdb.Error as exc:
@@ -126,7 +149,8 @@ class Projector:
                 self._rows_of(stream, item, rows, touched, activity)
             except Exception as exc:  # one event that cannot be applied must not block the projection
                 log.exception("quarantined %s seq %d", stream, item.seq)
-                rows["quarantine"].append(_parked(stream, item.seq, item.subject, f"could not apply: {exc}", None))
+                bad = _unapplied(item, exc)
+                rows["quarantine"].append(_parked(stream, bad.seq, bad.subject, bad.reason, bad.data))
         for rollout_id, seq in touched.items():
             rollout, attempts = rollout_rows(self.states[rollout_id], seq)
             rows["rollout_rows"].append(rollout)
@@ -227,6 +251,15 @@ def _strict(item: Envelope | BadEvent) -> Envelope | BadEvent:
         return msgspec.structs.replace(item, event=lean.strict(item.event))
     except DecodeError as exc:
         return BadEvent(seq=item.seq, subject=item.subject, data=item.event.stored, reason=exc.reason, time=item.time)
+
+
+def _unapplied(item: Envelope | BadEvent, exc: BaseException) -> BadEvent:
+    """An event that could not be applied, as a quarantined message: its stored bytes (re-encoded when
+    the decoder kept none) and the reason."""
+    if isinstance(item, BadEvent):
+        return item
+    data = item.event.stored if lean.is_lean(item.event) else codec.encode(item.event)
+    return BadEvent(seq=item.seq, subject=item.subject, data=data, reason=f"could not apply: {exc}", time=item.time)
 
 
 def _parked(stream: str, seq: int, subject: str, reason: str, data: bytes | None) -> Row:

@@ -19,6 +19,7 @@ from voltbus.services.keys import agent_key_for
 from voltbus.services.settings import Settings
 from voltbus.store import AttemptedRollout, Rollout, Store, connect
 
+from .dispatch import Dispatcher
 from .execute import run_rollout
 from .heartbeat import Heartbeat
 from .isolate import agl_environment, run_isolated
@@ -40,6 +41,7 @@ class Runner:
         self.store: Store | None = None
         self.tracer: LogTracer | None = None
         self.heartbeat: Heartbeat | None = None
+        self.dispatcher: Dispatcher | None = None
         self.finished = 0
         if cfg.isolate and self.agent_path is None:
             raise ValueError("--isolate needs the agent as an import path ('module:attr')")
@@ -47,11 +49,13 @@ class Runner:
     async def __aenter__(self) -> Runner:
         nats = self.settings.nats.model_copy(update={"dequeue_wait_s": self.settings.runner.claim_wait_s})
         self.store = await connect(settings=nats, name="voltbus-runner")
+        self.dispatcher = Dispatcher(self.store)
         self.tracer = LogTracer(self.store)
         set_active_tracer(self.tracer)
         instrument_openai(self.tracer)
         self.agent.set_runner(self)
         self.heartbeat = Heartbeat(self.settings.nats, self.worker_ids, self.settings.runner.heartbeat_s)
+        self.heartbeat.main = (asyncio.get_running_loop(), self.store)
         self.heartbeat.start()
         return self
 
@@ -84,10 +88,10 @@ class Runner:
 
     async def slot(self, worker_id: str, stop: asyncio.Event, max_rollouts: int | None = None) -> None:
         """Claim and run rollouts until ``stop`` (or ``max_rollouts`` claimed by this slot)."""
-        assert self.store is not None
+        assert self.dispatcher is not None
         done = 0
         while not stop.is_set() and (max_rollouts is None or done < max_rollouts):
-            rollout = await self.store.dequeue_rollout(worker_id=worker_id)
+            rollout = await self.dispatcher.claim(worker_id)
             if rollout is not None:
                 await self.run_one(rollout, worker_id)
                 done += 1
@@ -104,12 +108,18 @@ class Runner:
 
     async def run(self, stop: asyncio.Event, max_rollouts: int | None = None) -> None:
         """Run every slot until ``stop``; running rollouts get ``shutdown_grace_s`` to finish, then end failed."""
+        assert self.dispatcher is not None
         flusher = asyncio.create_task(self.flush_spans())
+        halt = asyncio.Event()  # stop, or every slot is done
+        relay = asyncio.create_task(_relay(stop, halt))
+        dispatching = asyncio.create_task(self.dispatcher.run(halt))
         try:
             await self._run_slots(stop, max_rollouts)
         finally:
-            flusher.cancel()
-            await asyncio.gather(flusher, return_exceptions=True)
+            halt.set()
+            for task in (flusher, relay):
+                task.cancel()
+            await asyncio.gather(flusher, relay, dispatching, return_exceptions=True)
 
     async def _run_slots(self, stop: asyncio.Event, max_rollouts: int | None) -> None:
         slots = [asyncio.create_task(self.slot(w, stop, max_rollouts)) for w in self.worker_ids]
@@ -157,3 +167,8 @@ async def serve_until_signal(settings: Settings, agent: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await serve(settings, agent, stop)
+
+
+async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()

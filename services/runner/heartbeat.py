@@ -1,7 +1,10 @@
 """Heartbeats from a thread with its own event loop and connection, so a busy agent cannot block them.
 
 Every interval: a sign of life for each running attempt (the coordinator's unresponsiveness clock)
-and a worker heartbeat with host stats for each slot.
+and a worker heartbeat with host stats for each slot. The worker heartbeats are written through the
+runner's own store on its event loop when it answers within the interval: that store remembers the
+snapshots it wrote, so no two connections race on a worker's subject (each race cost a conflict, a
+re-read and a retry on both sides). When the loop is stuck, the thread writes them itself.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import platform
 import socket
 import threading
+from typing import Any
 
 from voltbus.schemas.errors import VoltbusError
 from voltbus.services.settings import NatsSettings
@@ -42,6 +46,8 @@ class Heartbeat(threading.Thread):
         """worker id -> (rollout id, attempt id) it is running; written by the runner's slots."""
         self.stopping = threading.Event()
         self.beats = 0
+        self.main: tuple[asyncio.AbstractEventLoop, Any] | None = None
+        """(event loop, store) of the runner, which writes the worker heartbeats while it answers."""
 
     def run(self) -> None:
         asyncio.run(self._loop())
@@ -60,13 +66,35 @@ class Heartbeat(threading.Thread):
             for worker_id, (rollout_id, attempt_id) in list(self.active.items()):
                 await store.heartbeat(rollout_id, attempt_id, worker_id)  # type: ignore[attr-defined]
             stats = host_stats()
-            for worker_id in self.worker_ids:
-                await store.update_worker(worker_id, stats)  # type: ignore[attr-defined]
+            if not await self._beat_on_main(stats):
+                await beat_workers(store, self.worker_ids, stats)
             self.beats += 1
         except VoltbusError as exc:
             log.warning("heartbeat failed: %s", exc)
+
+    async def _beat_on_main(self, stats: dict[str, object]) -> bool:
+        """Write the worker heartbeats through the runner's store; False when its loop did not do it in time."""
+        if self.main is None:
+            return False
+        loop, main_store = self.main
+        try:
+            done = asyncio.run_coroutine_threadsafe(beat_workers(main_store, self.worker_ids, stats), loop)
+        except RuntimeError:  # the loop is closed
+            return False
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(done), self.interval)
+        except TimeoutError:
+            log.warning("the runner's event loop did not write worker heartbeats within %ss", self.interval)
+            return False
+        return True
 
     def stop(self) -> None:
         """Stop after the current beat."""
         self.stopping.set()
         self.join(timeout=10)
+
+
+async def beat_workers(store: Any, worker_ids: list[str], stats: dict[str, object], window: int = 32) -> None:
+    """One heartbeat per worker, ``window`` at a time (their appends share round trips)."""
+    for i in range(0, len(worker_ids), window):
+        await asyncio.gather(*(store.update_worker(w, stats) for w in worker_ids[i : i + window]))

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from voltbus.schemas.commands import RolloutCommand
-from voltbus.schemas.errors import UnknownRollout
+from voltbus.schemas.errors import ConcurrencyConflict, UnknownRollout, VoltbusError
 from voltbus.services.eventlog import EventLog
 from voltbus.services.lifecycle import RolloutState, decider
 from voltbus.services.settings import NatsSettings
@@ -29,6 +29,8 @@ class StoreBase:
         self.clock = clock
         self._pinned_resources: dict[str, Any] = {}
         """Resources versions read by pinned id (immutable, so kept); see ``get_resources_by_id``."""
+        self._known_rollouts: dict[str, tuple[RolloutState, int]] = {}
+        """rollout id -> (state, sequence) this client last wrote or saw; only a guess for OCC."""
 
     async def _state(self, rollout_id: str) -> RolloutState:
         """A rollout's current state; UnknownRollout if it does not exist."""
@@ -38,8 +40,47 @@ class StoreBase:
         return state
 
     async def _apply(self, rollout_id: str, command: RolloutCommand) -> RolloutState:
-        """Run one command through the lifecycle decider; return the state after it."""
-        return (await self.log.transact(decider, rollout_id, command)).state
+        """Run one command through the lifecycle decider; return the state after it.
+
+        When this client remembers the rollout's state (it wrote or saw it last), the command is
+        decided on it and appended with that sequence as the OCC expectation, saving the read; any
+        doubt (a conflict, a refusal, nothing to do) falls back to reading the rollout's history."""
+        fast = await self._apply_known(rollout_id, command)
+        if fast is not None:
+            return fast
+        result = await self.log.transact(decider, rollout_id, command)
+        self._remember(rollout_id, result.state, result.seq)
+        return result.state
+
+    async def _apply_known(self, rollout_id: str, command: RolloutCommand) -> RolloutState | None:
+        known = self._known_rollouts.pop(rollout_id, None)
+        if known is None:
+            return None
+        state, seq = known
+        try:
+            events = decider.decide(command, state)
+        except VoltbusError:  # maybe only on the remembered state: the history decides
+            return None
+        if not events:
+            return None
+        try:
+            ack = await self.log.append(events, expected_seq=seq)
+        except ConcurrencyConflict:  # someone else wrote since: re-decide on the history
+            return None
+        for event in events:
+            state = decider.evolve(state, event)
+        if not ack.already_applied:
+            self._remember(rollout_id, state, ack.seq)
+        return state
+
+    def _remember(self, rollout_id: str, state: RolloutState, seq: int) -> None:
+        """Keep a rollout's state as an OCC guess (not for ended rollouts; at most 4,096 kept)."""
+        if seq <= 0 or decider.is_terminal(state):
+            self._known_rollouts.pop(rollout_id, None)
+            return
+        if len(self._known_rollouts) >= 4096:
+            self._known_rollouts.pop(next(iter(self._known_rollouts)))
+        self._known_rollouts[rollout_id] = (state, seq)
 
     async def _latest_resources_id(self) -> str | None:
         raise NotImplementedError  # ResourceMethods provides it

@@ -9,6 +9,7 @@ from typing import Any
 from voltbus.services.eventlog import EventLog
 from voltbus.services.settings import NatsSettings
 
+from .dispatch import DispatchMethods
 from .queries import QueryMethods
 from .resources import ResourceMethods
 from .rollouts import RolloutMethods
@@ -17,7 +18,7 @@ from .waits import WaitMethods
 from .workers import WorkerMethods
 
 
-class Store(RolloutMethods, SpanMethods, ResourceMethods, WorkerMethods, WaitMethods, QueryMethods):
+class Store(RolloutMethods, DispatchMethods, SpanMethods, ResourceMethods, WorkerMethods, WaitMethods, QueryMethods):
     """An event-sourced LightningStore: every write is an event, every read is folded from the log.
 
     A caller always sees its own writes: reads go to the stream's leader (direct get on a single

@@ -33,7 +33,7 @@ from voltbus.schemas.errors import (
     UnknownAttempt,
     VoltbusError,
 )
-from voltbus.schemas.rollouts import DISPATCHABLE, ErrorInfo, RolloutConfig
+from voltbus.schemas.rollouts import DISPATCHABLE, ErrorInfo, RolloutConfig, RolloutQueued
 from voltbus.schemas.spans import AttemptHeartbeatSent
 from voltbus.services.lifecycle import RolloutState, decider
 
@@ -139,31 +139,39 @@ class RolloutMethods(StoreBase):
         """Claim up to ``limit`` queued rollouts in FIFO order; stale queue entries are skipped."""
         if limit <= 0:
             return []
-        if self._dispatch_sub is None:
-            self._dispatch_sub = await self.log.js.pull_subscribe_bind(
-                self.topology.dispatch_consumer, self.topology.control_stream
-            )
+        sub = await self._dispatch_subscription()
         claimed: list[AttemptedRollout] = []
         latest: RolloutState | None = None
         while len(claimed) < limit:
             try:
-                msgs = await self._dispatch_sub.fetch(limit - len(claimed), timeout=self.settings.dequeue_wait_s)
+                msgs = await sub.fetch(limit - len(claimed), timeout=self.settings.dequeue_wait_s)
             except TimeoutError:  # nats-py raises both its own and asyncio's TimeoutError here
                 break
             if not msgs:
                 break
             for msg in msgs:
-                try:
-                    state = await self._claim(msg, worker_id)
-                except (VoltbusError, TimeoutError) as exc:  # keep the claims already made; redeliver this one
-                    log.warning("claim of %s failed: %s", msg.subject, exc)
-                    await msg.nak(delay=1)
-                    continue
+                state = await self._claim_or_nak(msg, worker_id)
                 if state is not None:
                     claimed.append(rollout_view(state))  # type: ignore[arg-type]
                     latest = state
         await self._sync_worker(worker_id, latest, dequeued=True)
         return claimed
+
+    async def _dispatch_subscription(self) -> JetStreamContext.PullSubscription:
+        if self._dispatch_sub is None:
+            self._dispatch_sub = await self.log.js.pull_subscribe_bind(
+                self.topology.dispatch_consumer, self.topology.control_stream
+            )
+        return self._dispatch_sub
+
+    async def _claim_or_nak(self, msg: Msg, worker_id: str | None) -> RolloutState | None:
+        """``_claim``; when it fails, the message is redelivered (after a second) and None returned."""
+        try:
+            return await self._claim(msg, worker_id)
+        except (VoltbusError, TimeoutError) as exc:  # keep the claims already made; redeliver this one
+            log.warning("claim of %s failed: %s", msg.subject, exc)
+            await msg.nak(delay=1)
+            return None
 
     async def _claim(self, msg: Msg, worker_id: str | None) -> RolloutState | None:
         """Claim one dispatch message's rollout: an OCC append; a stale or lost claim just moves on."""
@@ -176,6 +184,11 @@ class RolloutMethods(StoreBase):
         if not isinstance(event, DISPATCHABLE):
             await msg.term()
             return None
+        if isinstance(event, RolloutQueued) and event.rollout_id not in self._known_rollouts:
+            # a rollout's first event: its state is known without a read (a later event is an OCC conflict)
+            self._remember(
+                event.rollout_id, decider.evolve(decider.initial_state(), event), msg.metadata.sequence.stream
+            )
         cmd = ClaimRollout(
             rollout_id=event.rollout_id,
             attempt_id=new_id("at", 8),

@@ -42,10 +42,14 @@ class WorkerMethods(StoreBase):
         return report, raw.seq
 
     async def _report(
-        self, worker_id: str, change: Callable[[WorkerStatusReported, float], WorkerStatusReported | None]
+        self,
+        worker_id: str,
+        change: Callable[[WorkerStatusReported, float], WorkerStatusReported | None],
+        recheck: bool = True,
     ) -> WorkerStatusReported:
         """Apply ``change`` to the worker's last snapshot and append it with OCC; re-read and retry if
-        another report won. The snapshot this client wrote last is reused, saving a read per report."""
+        another report won. The snapshot this client wrote last is reused, saving a read per report;
+        with ``recheck``, "nothing to write" judged on it is confirmed on the stored one."""
         known = self._known_workers.pop(worker_id, None)
         for _ in range(self.settings.conflict_retries + 2):
             cached = known is not None
@@ -55,7 +59,7 @@ class WorkerMethods(StoreBase):
             base = last or WorkerStatusReported(event_id="new", worker_id=worker_id, at=now)
             new = change(base, now)
             if new is None:
-                if cached:  # "nothing to write" judged on a remembered snapshot: check the real one
+                if cached and recheck:  # "nothing to write" judged on a remembered snapshot: check the real one
                     continue
                 if last is not None:
                     self._known_workers[worker_id] = (last, seq)
@@ -115,4 +119,11 @@ class WorkerMethods(StoreBase):
                 w, status=status, last_idle_time=now, current_rollout_id=None, current_attempt_id=None, **seen
             )
 
-        await self._report(worker_id, follow)
+        # "Already busy with this attempt" need not be confirmed on the stored snapshot: only this
+        # attempt's claimant reports it busy, and anyone else changes that only by ending the attempt
+        # (which made this transition illegal). Idle and unknown are confirmed: other clients write them.
+        latest = state.latest if state else None
+        active = (
+            latest is not None and latest.worker_id in (None, worker_id) and latest.status in ("preparing", "running")
+        )
+        await self._report(worker_id, follow, recheck=dequeued or not active)

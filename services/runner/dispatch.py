@@ -1,0 +1,82 @@
+"""The runner's dispatcher: the slots waiting for work are served by one fetch loop.
+
+A waiting slot costs nothing on the bus: the loop asks the queue for as many rollouts as slots wait
+(``Store.dequeue_for_workers``), claims them concurrently and hands each to its slot. A slot's first
+wait reports its worker idle when nothing came (an empty dequeue, as in Agent Lightning); after that
+the end of each attempt reports it idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from voltbus.schemas.errors import VoltbusError
+from voltbus.schemas.rollouts import ErrorInfo
+from voltbus.store import AttemptedRollout, Store
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    """Claims rollouts for the slots that wait, with one fetch per round."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.waiting: dict[str, asyncio.Future[AttemptedRollout | None]] = {}
+        self.reported: set[str] = set()
+        self.wake = asyncio.Event()
+
+    async def claim(self, worker_id: str) -> AttemptedRollout | None:
+        """The next rollout claimed for this worker; None once the dispatcher stopped."""
+        fut: asyncio.Future[AttemptedRollout | None] = asyncio.get_running_loop().create_future()
+        self.waiting[worker_id] = fut
+        self.wake.set()
+        try:
+            return await fut
+        finally:
+            if self.waiting.get(worker_id) is fut:
+                del self.waiting[worker_id]
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve waiting slots until ``stop``; the round in progress then ends, and every slot still
+        waiting gets None."""
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                if not self.waiting:
+                    woken = asyncio.create_task(self.wake.wait())
+                    await asyncio.wait([woken, stopping], return_when=asyncio.FIRST_COMPLETED)
+                    woken.cancel()
+                    continue
+                await self.round()
+        finally:
+            stopping.cancel()
+            for fut in self.waiting.values():
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def round(self) -> None:
+        """One fetch for the slots waiting now; each claimed rollout goes to its slot."""
+        self.wake.clear()
+        workers = [w for w, fut in self.waiting.items() if not fut.done()]
+        first = [w for w in workers if w not in self.reported]
+        try:
+            got = await self.store.dequeue_for_workers(workers, report_empty=first)
+        except (VoltbusError, TimeoutError) as exc:
+            log.warning("dispatch round failed (retrying): %s", exc)
+            return
+        self.reported.update(first)
+        for worker_id, rollout in got.items():
+            fut = self.waiting.pop(worker_id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(rollout)
+            else:  # its slot is gone (cancelled): end the attempt now rather than wait for the coordinator
+                await self._release(rollout)
+
+    async def _release(self, rollout: AttemptedRollout) -> None:
+        error = ErrorInfo(type="Cancelled", message="the runner stopped before the rollout started")
+        try:
+            await self.store.finish_attempt(rollout.rollout_id, rollout.attempt.attempt_id, error)
+        except VoltbusError as exc:
+            log.warning("rollout_id=%s: claimed but not released: %s", rollout.rollout_id, exc)

@@ -1,0 +1,45 @@
+"""The store's round-trip savers keep the lifecycle's meaning: claims for many workers with one fetch,
+and commands decided on a remembered state that another writer has since changed."""
+
+from __future__ import annotations
+
+import pytest
+
+from voltbus.schemas.errors import InvalidCommand
+from voltbus.services.settings import NatsSettings
+from voltbus.store import Store, connect
+
+
+async def test_dequeue_for_workers_claims_fifo_one_each(store: Store) -> None:
+    rollouts = [await store.enqueue_rollout({"i": i}) for i in range(3)]
+    got = await store.dequeue_for_workers(["w1", "w2", "w3", "w4", "w5"], report_empty=["w5"])
+    assert [got[w].rollout_id for w in ("w1", "w2", "w3")] == [r.rollout_id for r in rollouts]
+    assert set(got) == {"w1", "w2", "w3"}
+    for w in ("w1", "w2", "w3"):
+        worker = await store.get_worker_by_id(w)
+        assert worker is not None and worker.status == "busy" and worker.current_attempt_id == got[w].attempt.attempt_id
+        assert got[w].attempt.worker_id == w and got[w].status == "preparing"
+    assert await store.get_worker_by_id("w4") is None  # not in report_empty: nothing written
+    idle = await store.get_worker_by_id("w5")
+    assert idle is not None and idle.status == "idle"
+    assert await store.dequeue_for_workers(["w4"]) == {}
+
+
+async def test_remembered_state_yields_to_another_writer(store: Store, nats_settings: NatsSettings) -> None:
+    first = await store.enqueue_rollout("kept")
+    second = await store.enqueue_rollout("cancelled behind our back")
+    claims = await store.dequeue_for_workers(["w1", "w2"])
+    other = await connect(settings=nats_settings)
+    try:  # another client moves both rollouts on after this client remembered their states
+        await other.update_rollout(first.rollout_id, metadata={"by": "other"})
+        await other.cancel_rollout(second.rollout_id, reason="test")
+    finally:
+        await other.close()
+    done = await store.finish_attempt(first.rollout_id, claims["w1"].attempt.attempt_id, worker_id="w1")
+    assert done.status == "succeeded"
+    final = await store.get_rollout_by_id(first.rollout_id)
+    assert final is not None and final.status == "succeeded" and final.metadata == {"by": "other"}
+    with pytest.raises(InvalidCommand):  # decided on the stored history, not on the remembered state
+        await store.finish_attempt(second.rollout_id, claims["w2"].attempt.attempt_id, worker_id="w2")
+    cancelled = await store.get_rollout_by_id(second.rollout_id)
+    assert cancelled is not None and cancelled.status == "cancelled"

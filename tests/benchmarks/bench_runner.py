@@ -35,13 +35,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -117,6 +120,7 @@ class Outcome:
     lost: int = 0
     bad: list[str] = field(default_factory=list)
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds by process group
+    msgs: tuple[int, int] = (0, 0)  # messages the runner processes sent to / got from nats-server
     batches: dict[str, int] = field(default_factory=dict)  # projector transactions per stream
     events: dict[str, int] = field(default_factory=dict)  # projected events per stream
     counting_s: float = 0.0  # this benchmark's own DuckDB counts after each batch
@@ -179,6 +183,16 @@ class Watch:
 # ---------------------------------------------------------------- runner processes
 
 
+def runner_msgs(monitor_port: int | None) -> tuple[int, int]:
+    """Messages all runner connections sent to and received from the server so far (its /connz)."""
+    if not monitor_port:
+        return (0, 0)
+    with urllib.request.urlopen(f"http://127.0.0.1:{monitor_port}/connz?limit=4096", timeout=5) as r:
+        conns = json.loads(r.read())["connections"]
+    mine = [c for c in conns if c.get("name", "").startswith(("voltbus-runner", "voltbus-heartbeat"))]
+    return sum(c["in_msgs"] for c in mine), sum(c["out_msgs"] for c in mine)
+
+
 def proc_cpu(pid: int) -> float:
     """utime + stime of a process, seconds (0 when it is gone)."""
     try:
@@ -208,10 +222,12 @@ class Runners:
                 "BENCH_MAX_ROUNDS": str(sc.rounds),
                 "BENCH_SLEEP_S": str(sc.sleep_s),
             }
+            profile = os.environ.get("BENCH_PROFILE_DIR")  # cProfile each runner into that folder
+            prof = ["-m", "cProfile", "-o", f"{profile}/runner-{sc.name}-{i}.prof"] if profile else []
             with path.open("wb") as err:
                 self.procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "voltbus.services.runner", AGENT],
+                        [sys.executable, *prof, "-m", "voltbus.services.runner", AGENT],
                         cwd=ROOT,
                         env=env,
                         stdout=subprocess.DEVNULL,
@@ -351,7 +367,7 @@ class VoltbusSide:
         expected_each = [store_agent.expected_spans(t, sc.rounds) for t in tasks]
         terminal0, spans0 = w.terminal, w.spans
         batches0, positions0, counting0 = dict(w.batches), dict(self.projector.positions), w.counting_s  # type: ignore[union-attr]
-        cpu0 = self.cpu()
+        cpu0, msgs0 = self.cpu(), runner_msgs(self.server.monitor_port)
         enqueued: list[tuple[str, float]] = []
         self.enqueue_latencies, self.occupancy = [], Occupancy()
         self.enqueued = 0
@@ -379,6 +395,7 @@ class VoltbusSide:
         w.hook = None
         cpu = {k: v - cpu0[k] for k, v in self.cpu().items()}
         outcome = Outcome(Run(total, seconds), w.spans - spans0, sum(expected_each), cpu=cpu)
+        outcome.msgs = tuple(b - a for a, b in zip(msgs0, runner_msgs(self.server.monitor_port), strict=True))  # type: ignore[assignment]
         outcome.batches = {k: v - batches0[k] for k, v in w.batches.items()}
         outcome.events = {k: v - positions0[k] for k, v in self.projector.positions.items()}  # type: ignore[union-attr]
         outcome.counting_s = w.counting_s - counting0
@@ -503,7 +520,8 @@ async def run_scenario(
                         "      projector: "
                         + ", ".join(f"{k} {o.events[k]} events in {o.batches[k]} batches" for k in o.events)
                         + f"; counting {o.counting_s:.2f}s; enqueue_rollout p50 {o.enqueue_ms:.1f} ms;"
-                        + f" mean in flight {o.in_flight:.0f}"
+                        + f" mean in flight {o.in_flight:.0f}; runner messages per rollout"
+                        + f" {o.msgs[0] / o.run.events:.1f} sent, {o.msgs[1] / o.run.events:.1f} received"
                     )
                 if o.bad:
                     print("      " + "\n      ".join(o.bad[:5]))
@@ -541,7 +559,10 @@ def quiet_otel() -> None:
 
 async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = print) -> list[Figure]:
     """Start the server, run the scenarios, print the table, append to the ledger; return the figures."""
-    bus = BusSettings(data_dir=data_dir / "nats", port=0, monitor_port=0)
+    with socket.socket() as probe:  # a free port for the server's monitoring (runner message counts)
+        probe.bind(("127.0.0.1", 0))
+        monitor = probe.getsockname()[1]
+    bus = BusSettings(data_dir=data_dir / "nats", port=0, monitor_port=monitor)
     server = NatsServer(bus, NatsSettings().max_payload).start()
     echo(f"nats-server {server_version()} at {server.url}, sync_interval: always={bus.sync_always}")
     figures: list[Figure] = []

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 
+from tests.benchmarks.bench_projector import control_events
 from voltbus.projections import lean
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
@@ -84,3 +85,24 @@ def test_a_refused_batch_lands_but_its_poison(tmp_path: Path) -> None:
     assert [(q[1], q[4]) for q in tables["quarantine"]] == [(8, stored[7]), (14, stored[13])]
     assert len(tables["model_calls"]) == 4 and len(tables["spans"]) == len(tables["rewards"]) == 6
     assert sum(a[3] for a in tables["attempt_activity"]) == len(stored) - 2
+
+
+def test_a_control_event_beyond_the_columns_is_quarantined_alike_in_any_batches(tmp_path: Path) -> None:
+    events = control_events("t", 10)  # 5 RolloutQueued, then their 5 AttemptClaimed
+    events[7] = msgspec.structs.replace(events[7], sequence_id=2**31)  # attempts.sequence_id is INTEGER
+    items = [Envelope(seq=k + 1, subject="s", time=1.0, event=e) for k, e in enumerate(events)]
+    tables = []
+    for name, batches in (("one", [items]), ("many", [items[:3], items[3:8], items[8:]])):
+        projector = Projector(tmp_path / f"{name}.duckdb")
+        try:
+            for batch in batches:
+                projector.apply("control", batch)
+            tables.append(dump(projector.con))
+        finally:
+            projector.close()
+    assert tables[0] == tables[1]
+    [parked] = tables[0]["quarantine"]
+    assert parked[:2] == ("control", 8) and parked[3].startswith("could not apply: ")
+    assert parked[4] == codec.encode(events[7])
+    assert [r[1] for r in tables[0]["rollouts"]] == ["preparing", "preparing", "queuing", "preparing", "preparing"]
+    assert dict((s, q) for s, q, _ in tables[0]["checkpoints"])["control"] == len(events)

@@ -9,7 +9,9 @@ the ModelCalled block (``from_json_strict``).
 The text is taken only if it is plainly a list of numbers (:func:`plain_numbers`); anything else is
 decoded by the strict codec, so a wrong value is refused with the codec's reason and its message goes
 to quarantine exactly as before. If DuckDB still refuses a batch (a nested list), the projector applies
-it again with every lean event decoded strictly from its stored message (:func:`strict`).
+it again with every lean event decoded strictly from its stored message (:func:`strict`); should that
+fail too (a token id beyond ``INTEGER``), it applies the batch in halves and quarantines the events that
+fail alone, with their stored message.
 """
 
 from __future__ import annotations

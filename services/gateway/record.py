@@ -63,7 +63,8 @@ def model_called(
     ``raw`` is the engine's body as received, when it is the JSON text of ``response``: recorded as
     is instead of encoding ``response`` again. The resources version is the one the engine reports
     on the response (``read_response``), else ``served``: what the weight-swap protocol says the
-    engine served (``Gateway.served_version``); None when neither knows."""
+    engine served (``Gateway.served_version``); None when neither knows, or when vLLM's spans rule
+    out any one known version (several, or its unset label ``default``)."""
     sampled = read_response(response)
     usage = sampled.usage
     if not usage and (sampled.prompt_ids or sampled.response_ids):
@@ -75,7 +76,7 @@ def model_called(
         rollout_id=call.rollout_id,
         attempt_id=call.attempt_id,
         call_id=call.call_id,
-        resources_id=sampled.resources_id or (None if sampled.mixed_versions else served),
+        resources_id=sampled.resources_id or (None if sampled.version_unknown else served),
         model=sampled.model or str(call.request.get("model") or ""),
         request=msgspec.Raw(call.body),
         response=msgspec.Raw(raw) if raw is not None else _raw(response),

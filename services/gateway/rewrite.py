@@ -6,7 +6,9 @@ Token ids are read where vLLM puts them: ``prompt_token_ids`` at the top level (
 choice (completions), ``choices[i].token_ids``, and logprobs from ``logprobs.content[*].logprob``
 (chat) or ``logprobs.token_logprobs`` (completions). The version that sampled a call is the
 engine's top-level ``resources_id`` or ``weight_version`` (the CPU inference server), else the one
-version named by vLLM's per-choice ``weight_versions`` spans.
+version named by vLLM's per-choice ``weight_versions`` spans; spans naming several versions, or
+vLLM's unset label ``default`` (weights nobody labelled: a restarted vLLM serves its base model),
+make it unknown.
 """
 
 from __future__ import annotations
@@ -91,8 +93,8 @@ class Sampled:
     finish_reason: str | None = None
     resources_id: str | None = None
     choices: list[SampledChoice] = field(default_factory=list)
-    mixed_versions: bool = False
-    """vLLM's ``weight_versions`` name more than one version: no single version sampled the call."""
+    version_unknown: bool = False
+    """vLLM's ``weight_versions`` rule out any one known version: they name several, or the unset label."""
 
 
 UNSET_VERSION = "default"
@@ -101,7 +103,7 @@ UNSET_VERSION = "default"
 
 def span_versions(choices: list[dict[str, Any]]) -> set[str]:
     """The versions named by vLLM's per-choice ``weight_versions`` spans (``return_weight_versions``),
-    without vLLM's unset label.
+    vLLM's unset label included.
 
     >>> span_versions([{"weight_versions": [{"version": "r:3", "start": 0, "end": 2}]}, {"token_ids": [1]}])
     {'r:3'}
@@ -109,13 +111,13 @@ def span_versions(choices: list[dict[str, Any]]) -> set[str]:
     ...     {"version": "r:4", "start": 1, "end": 2}]}]))
     ['r:3', 'r:4']
     >>> span_versions([{"weight_versions": [{"version": "default", "start": 0, "end": 2}]}])
-    set()
+    {'default'}
     """
     found: set[str] = set()
     for choice in choices:
         spans = choice.get("weight_versions")
         for span in spans if isinstance(spans, list) else []:
-            if isinstance(span, dict) and span.get("version") not in (None, UNSET_VERSION):
+            if isinstance(span, dict) and span.get("version") is not None:
                 found.add(str(span["version"]))
     return found
 
@@ -136,7 +138,7 @@ def read_response(body: Any) -> Sampled:
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
     resources = body.get("resources_id", body.get("weight_version"))
     spans = span_versions(listed) if resources is None else set()
-    if len(spans) == 1:
+    if len(spans) == 1 and UNSET_VERSION not in spans:
         resources = spans.pop()
     return Sampled(
         model=body.get("model") if isinstance(body.get("model"), str) else None,
@@ -147,7 +149,7 @@ def read_response(body: Any) -> Sampled:
         finish_reason=choice.get("finish_reason"),
         resources_id=str(resources) if resources is not None else None,
         choices=[_sampled_choice(c, i) for i, c in enumerate(listed)] if len(listed) > 1 else [],
-        mixed_versions=len(spans) > 1,
+        version_unknown=bool(spans) and resources is None,
     )
 
 

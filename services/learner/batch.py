@@ -1,5 +1,10 @@
 """From a finished batch's SQL rows to what GRPO trains on: rows, one reward and one group per rollout,
-and the counts of everything left out (stale, without logprobs, without a reward)."""
+and the counts of everything left out (stale, without logprobs, without a reward).
+
+A row's staleness is ``version`` minus the oldest version that sampled one of its calls. A call
+recorded with no version (unknown: vLLM's weights nobody labelled, a push cut short) may have been
+sampled by anything, so its row counts as staler than any version of the run (``version + 1``):
+dropped as stale whenever that passes ``max_staleness``, and counted in ``rows_unknown_version``."""
 
 from __future__ import annotations
 
@@ -8,6 +13,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .grpo import Row
+
+
+def row_lag(rec: dict[str, Any], version: int) -> tuple[int, bool]:
+    """A row's staleness against ``version``, and whether a call's version is unknown.
+
+    >>> row_lag({"call_resources": ["run:2", "run:3"]}, 4), row_lag({"call_resources": ["run:3", None]}, 4)
+    ((2, False), (5, True))
+    >>> row_lag({"resources_ids": ["run:3"]}, 3), row_lag({"resources_ids": []}, 3)
+    ((0, False), (4, True))
+    """
+    called = rec.get("call_resources")
+    named = list(called) if called else list(rec.get("resources_ids") or [])
+    if not named or None in named:
+        return version + 1, True
+    versions = [v for v in (version_number(r) for r in named) if v is not None]
+    return (version - min(versions) if versions else 0), False
 
 
 def version_number(resources_id: str | None) -> int | None:
@@ -35,8 +56,9 @@ class Prepared:
 def prepare(
     records: Sequence[dict[str, Any]], rollout_ids: Sequence[str], version: int, max_staleness: int
 ) -> Prepared:
-    """Keep rows sampled at most ``max_staleness`` versions before ``version`` and with logprobs; a
-    rollout's reward is its first row's (the return at its first call), 0.0 when missing (counted).
+    """Keep rows sampled at most ``max_staleness`` versions before ``version`` (``row_lag``) and with
+    logprobs; a rollout's reward is its first row's (the return at its first call), 0.0 when missing
+    (counted).
 
     >>> recs = [dict(rollout_id="a", task_id="t", prompt_ids=[1], response_ids=[2], response_mask=[1],
     ...              logprobs=[-0.5], reward=1.0, resources_ids=["run:3"], row_index=0)]
@@ -45,14 +67,18 @@ def prepare(
     ({'a': 1.0}, 1.0, 0.0)
     >>> prepare(recs, ["a"], version=5, max_staleness=1).counts["rows_dropped_stale"]
     1.0
+    >>> unknown = [{**recs[0], "call_resources": [None], "resources_ids": []}]
+    >>> [prepare(unknown, ["a"], version=3, max_staleness=s).counts["rows"] for s in (1, 4)]
+    [0.0, 1.0]
     """
     out = Prepared()
-    counts = dict.fromkeys(("rows_dropped_stale", "rows_without_logprobs", "reward_missing", "rows"), 0.0)
+    keys = ("rows_dropped_stale", "rows_unknown_version", "rows_without_logprobs", "reward_missing", "rows")
+    counts = dict.fromkeys(keys, 0.0)
     staleness: list[int] = []
     for rec in records:
         rid = rec["rollout_id"]
-        versions = [v for v in (version_number(r) for r in rec.get("resources_ids") or []) if v is not None]
-        lag = version - min(versions) if versions else 0
+        lag, unknown = row_lag(rec, version)
+        counts["rows_unknown_version"] += unknown
         if lag > max_staleness:
             counts["rows_dropped_stale"] += 1
             continue

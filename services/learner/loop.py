@@ -126,7 +126,8 @@ class GRPO:
         if not tasks:
             raise LearnerError("the training dataset is empty")
         history = await session.open(self.name, s.model_dump(mode="json"))
-        if history.next_step in history.checkpoints:
+        recovered = history.next_step in history.checkpoints
+        if recovered:  # publishes (and pushes) the saved version
             history = await self.record_saved_step(session, history)
         first = history.next_step
         checkpoint = history.checkpoints.get(first - 1)
@@ -135,6 +136,8 @@ class GRPO:
         if first > 0:
             resources_id = history.completed[first - 1].resources_id or ""
             say(f"resuming run {session.run_id} at step {first} with {resources_id}")
+            if not recovered:  # a vLLM restarted meanwhile serves its base model: load the run's version
+                await self.push_again(resources_id, saved)
         else:
             resources_id = await self.publish(session, *initial_weights(s))
         await self.served(resources_id)
@@ -161,6 +164,15 @@ class GRPO:
                 + eta(step + 1 - first, s.steps - step - 1, time.monotonic() - started, s.time_budget_s)
             )
         await session.finish("succeeded")
+
+    async def push_again(self, resources_id: str, saved: Path | None) -> None:
+        """Push the version a resumed run continues from to ``learner.vllm_urls`` (nothing when none)."""
+        if not self.settings.vllm_urls:
+            return
+        if saved is None or not resources_id:
+            log.warning("learner: no checkpoint of %s to push to vLLM; its servers keep what they serve", resources_id)
+            return
+        await vllm_push.push(self.settings, resources_id, saved / WEIGHTS)
 
     async def record_saved_step(self, session: Session, history: History) -> History:
         """A learner killed after saving a step's update but before recording the step: publish the

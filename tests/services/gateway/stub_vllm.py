@@ -65,7 +65,8 @@ class VllmControl:
     garbled_weight_info: bool = False
     """True: ``/weight_info`` answers 200 with a body that is not JSON."""
     version_routes: bool = True
-    """False: no ``/update_weight_version`` and ``/weight_info`` (404), as in vLLMs before them."""
+    """False: no ``/update_weight_version`` and ``/weight_info`` (404) and no ``weight_versions`` spans,
+    as in vLLMs before them."""
 
     def __post_init__(self) -> None:
         self.resumed.set()
@@ -85,7 +86,7 @@ def _sampled(control: VllmControl, body: dict[str, Any], kind: str) -> dict[str,
         choice["text"] = "ok"
         choice["prompt_token_ids"] = PROMPT_IDS
         choice["logprobs"] = {"tokens": ["o", "k"], "token_logprobs": [-0.5, -0.5], "top_logprobs": None}
-    if body.get("return_weight_versions"):
+    if body.get("return_weight_versions") and control.version_routes:  # spans came after the label routes
         choice["weight_versions"] = [{"version": control.label, "start": 0, "end": len(ids)}]
     return choice
 

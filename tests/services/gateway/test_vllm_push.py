@@ -154,6 +154,8 @@ def test_the_engine_label_wins_then_vllm_spans_then_the_protocol() -> None:
     assert label({"choices": [{"token_ids": [1, 2]}]}) == "run:1"  # the protocol's
     assert label({"choices": [{"token_ids": [1, 2], "weight_versions": spans[1:]}]}) == "run:2"
     assert label({"choices": [{"token_ids": [1, 2], "weight_versions": spans}]}) is None  # two versions sampled it
+    unset = [{"version": "default", "start": 0, "end": 2}]  # vLLM's weights nobody labelled (restarted)
+    assert label({"choices": [{"token_ids": [1, 2], "weight_versions": unset}]}) is None
     assert label({"weight_version": "run:3", "choices": [{"token_ids": [1, 2], "weight_versions": spans}]}) == "run:3"
 
 

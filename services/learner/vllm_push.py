@@ -16,7 +16,8 @@ pushes each version to it between steps (``learner.vllm_urls``), through vLLM's 
    labels the calls those engines serve with that version.
 
 Whatever fails, cancelled included, every vLLM server asked to pause and the gateway are sent a
-resume (also after a pause whose answer timed out: it may have been applied late). A server whose
+resume (also after a pause whose answer timed out: it may have been applied late; not after a
+pause the gateway refused with an answer, which it did not apply). A server whose
 reload failed, was not confirmed, or was cut short by a cancel is resumed as unknown (its calls are
 recorded with no version, never a wrong one), one never touched keeps its version; if the gateway
 refuses the resume carrying the versions, it is resumed with every reloaded server unknown. A
@@ -46,6 +47,11 @@ ADMIN_TIMEOUT_S = 30.0
 
 class VllmPushError(VoltbusError):
     """A weight push failed; the gateway was resumed (unless the message says it could not be)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        """The HTTP status of a refusal; None when no answer came (the request may have been applied)."""
 
 
 def root(url: str) -> str:
@@ -79,7 +85,7 @@ async def request(
     except httpx.HTTPError as exc:
         raise VllmPushError(f"{what}: {type(exc).__name__}: {exc}") from None
     if resp.status_code >= 300 and resp.status_code != 404:
-        raise VllmPushError(f"{what}: HTTP {resp.status_code}: {resp.text[:300]}")
+        raise VllmPushError(f"{what}: HTTP {resp.status_code}: {resp.text[:300]}", resp.status_code)
     return resp
 
 
@@ -178,7 +184,7 @@ class GatewayAdmin:
         what = f"gateway {self.base}: {method} {path}"
         resp = await request(self.http, method, f"{self.base}{path}", what, timeout, headers=self.headers, **kw)
         if resp.status_code == 404:
-            raise VllmPushError(f"{what}: 404")
+            raise VllmPushError(f"{what}: 404", 404)
         return resp.json()
 
     async def pause(self, reason: str) -> None:
@@ -239,16 +245,21 @@ async def push(
         async with httpx.AsyncClient() as client:
             return await push(settings, resources_id, weights, http=client, admin_timeout_s=admin_timeout_s)
     report, gw, path = PushReport(resources_id), GatewayAdmin(http, settings, admin_timeout_s), version_dir(weights)
-    paused, errors = time.monotonic(), []
+    paused, errors, refused = time.monotonic(), [], False
     try:
-        await gw.pause(f"weight swap to {resources_id}")
+        try:
+            await gw.pause(f"weight swap to {resources_id}")
+        except VllmPushError as exc:
+            refused = exc.status is not None  # the gateway answered: not paused (no answer: maybe paused)
+            raise
         await swap_all(http, gw, settings, report, path)
         errors = [s.error for s in report.servers if s.error]
     except Exception as exc:  # a garbled answer too: the gateway must still be resumed
         errors.append(str(exc) if isinstance(exc, VllmPushError) else f"{type(exc).__name__}: {exc}")
     finally:  # cancelled included; a pause whose answer timed out may still have been applied
         try:
-            await gw.resume({s.url: s.version(resources_id) for s in report.servers if s.told})
+            if not refused:
+                await gw.resume({s.url: s.version(resources_id) for s in report.servers if s.told})
         except VllmPushError as exc:
             log.error("learner/vllm_push %s: %s", resources_id, exc)  # raised below, unless cancelled
             errors.append(str(exc))

@@ -82,3 +82,13 @@ async def test_a_gateway_pause_whose_answer_is_lost_is_undone(make_fleet: FleetF
     assert [line.split(" HTTP")[0] for line in faults.seen] == ["POST /admin/pause", "POST /admin/resume"]
     assert (await gateway_state(fleet))["paused"] is False
     assert [type(e).__name__ for e in await control_events(eventlog)] == ["GatewayPaused", "GatewayResumed"]
+
+
+async def test_a_pause_the_gateway_refused_is_not_answered_with_a_resume(make_fleet: FleetFactory) -> None:
+    stub = VllmControl()
+    faults = Faults()
+    fleet = await make_fleet(stub, faults=faults, gateway_admin_key="wrong")
+    with pytest.raises(VllmPushError) as failed:
+        await push(fleet.learner, "run:1", "w/step-0")
+    assert "POST /admin/pause: HTTP 401" in str(failed.value) and "left paused" not in str(failed.value)
+    assert [line.split(" HTTP")[0] for line in faults.seen] == ["POST /admin/pause"] and stub.ops == []

@@ -24,9 +24,10 @@ __all__ = ["make_fleet"]  # the fixture
 async def test_a_push_cancelled_mid_reload_resumes_vllm_and_labels_the_engine_unknown(
     make_fleet: FleetFactory, eventlog: EventLog
 ) -> None:
-    stub = VllmControl(reload_s=0.5)
+    stub = VllmControl()
     fleet = await make_fleet(stub)
     await push(fleet.learner, "run:1", "w/step-0")
+    stub.reload_s = 0.4  # long enough to cancel the next push in the middle of it
     pushing = asyncio.create_task(push(fleet.learner, "run:2", "w/step-1"))
     await wait_for(lambda: stub.reloading, what="the reload of run:2 under way")
     pushing.cancel()

@@ -56,6 +56,7 @@ class Runner:
         self.agent.set_runner(self)
         self.heartbeat = Heartbeat(self.settings.nats, self.worker_ids, self.settings.runner.heartbeat_s)
         self.heartbeat.main = (asyncio.get_running_loop(), self.store)
+        self.heartbeat.spans_stored = self.tracer.published
         self.heartbeat.start()
         return self
 
@@ -84,6 +85,7 @@ class Runner:
                 await run_rollout(self.store, self.tracer, agent, rollout, hooks, self, raise_errors, key)
         finally:
             self.heartbeat.active.pop(worker_id, None)
+            self.tracer.published.pop(rollout.rollout_id, None)
             self.finished += 1
 
     async def slot(self, worker_id: str, stop: asyncio.Event, max_rollouts: int | None = None) -> None:

@@ -1,10 +1,11 @@
 """Heartbeats from a thread with its own event loop and connection, so a busy agent cannot block them.
 
-Every interval: a sign of life for each running attempt (the coordinator's unresponsiveness clock)
-and a worker heartbeat with host stats for each slot. The worker heartbeats are written through the
-runner's own store on its event loop when it answers within the interval: that store remembers the
-snapshots it wrote, so no two connections race on a worker's subject (each race cost a conflict, a
-re-read and a retry on both sides). When the loop is stuck, the thread writes them itself.
+Every interval: a sign of life for each running attempt that stored no span during the interval
+(spans are signs of life too; the coordinator's unresponsiveness clock), and a worker heartbeat with
+host stats for each slot. The worker heartbeats are written through the runner's own store on its
+event loop when it answers within the interval: that store remembers the snapshots it wrote, so no
+two connections race on a worker's subject (each race cost a conflict, a re-read and a retry on both
+sides). When the loop is stuck, the thread writes them itself.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import platform
 import socket
 import threading
+import time
 from typing import Any
 
 from voltbus.schemas.errors import VoltbusError
@@ -48,6 +50,8 @@ class Heartbeat(threading.Thread):
         self.beats = 0
         self.main: tuple[asyncio.AbstractEventLoop, Any] | None = None
         """(event loop, store) of the runner, which writes the worker heartbeats while it answers."""
+        self.spans_stored: dict[str, float] = {}
+        """rollout id -> ``time.monotonic()`` of its last stored spans (the runner's tracer keeps it)."""
 
     def run(self) -> None:
         asyncio.run(self._loop())
@@ -63,8 +67,10 @@ class Heartbeat(threading.Thread):
 
     async def _beat(self, store: object) -> None:
         try:
+            recent = time.monotonic() - self.interval
             for worker_id, (rollout_id, attempt_id) in list(self.active.items()):
-                await store.heartbeat(rollout_id, attempt_id, worker_id)  # type: ignore[attr-defined]
+                if self.spans_stored.get(rollout_id, 0.0) < recent:
+                    await store.heartbeat(rollout_id, attempt_id, worker_id)  # type: ignore[attr-defined]
             stats = host_stats()
             if not await self._beat_on_main(stats):
                 await beat_workers(store, self.worker_ids, stats)

@@ -74,6 +74,8 @@ class LogTracer:
         self.provider.add_span_processor(self.collector)
         self.otel = self.provider.get_tracer(name)
         self.pending: dict[str, list[tuple[str, ReadableSpan]]] = {}
+        self.published: dict[str, float] = {}
+        """rollout id -> ``time.monotonic()`` of its last stored spans (a sign of life for its attempt)."""
         self._locks: dict[str, asyncio.Lock] = {}
 
     @contextlib.contextmanager
@@ -137,6 +139,7 @@ class LogTracer:
                 first = last - len(spans) + 1
                 records = [span_from_otel(s, rid, aid, first + i) for i, (aid, s) in enumerate(spans)]
                 await self.store.log.publish_spans(events_of(records, self.store.settings))
+                self.published[rid] = time.monotonic()
             except BaseException as exc:
                 self.pending[rid] = spans + self.pending.get(rid, [])  # kept, in order, for the next flush
                 if isinstance(exc, VoltbusError):

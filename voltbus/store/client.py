@@ -30,6 +30,7 @@ class Store(RolloutMethods, DispatchMethods, SpanMethods, ResourceMethods, Worke
         self._running = set()
         self._dispatch_sub = None
         self._known_workers = {}
+        self._worker_locks = {}
 
     async def close(self) -> None:
         """Close the connection."""

@@ -7,6 +7,7 @@ status changes, so an idle runner polling the queue does not flood the log.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,7 @@ class WorkerMethods(StoreBase):
     """Worker registration, heartbeats and status."""
 
     _known_workers: dict[str, tuple[WorkerStatusReported, int]]
+    _worker_locks: dict[str, asyncio.Lock]
 
     async def _last_report(self, worker_id: str) -> tuple[WorkerStatusReported | None, int]:
         subject = self.topology.worker(worker_id)
@@ -49,7 +51,22 @@ class WorkerMethods(StoreBase):
     ) -> WorkerStatusReported:
         """Apply ``change`` to the worker's last snapshot and append it with OCC; re-read and retry if
         another report won. The snapshot this client wrote last is reused, saving a read per report;
-        with ``recheck``, "nothing to write" judged on it is confirmed on the stored one."""
+        with ``recheck``, "nothing to write" judged on it is confirmed on the stored one. Reports of one
+        worker by this client go one at a time (concurrent ones would race each other into conflicts)."""
+        lock = self._worker_locks.get(worker_id)
+        if lock is None:
+            if len(self._worker_locks) >= 4096:  # forget idle locks of workers no longer reported
+                self._worker_locks = {w: k for w, k in self._worker_locks.items() if k.locked()}
+            lock = self._worker_locks[worker_id] = asyncio.Lock()
+        async with lock:
+            return await self._report_now(worker_id, change, recheck)
+
+    async def _report_now(
+        self,
+        worker_id: str,
+        change: Callable[[WorkerStatusReported, float], WorkerStatusReported | None],
+        recheck: bool,
+    ) -> WorkerStatusReported:
         known = self._known_workers.pop(worker_id, None)
         for _ in range(self.settings.conflict_retries + 2):
             cached = known is not None

@@ -1,0 +1,43 @@
+"""The heartbeat thread's work: a sign of life only for attempts that stored no span lately, and worker
+heartbeats written through the runner's own store while its event loop answers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from voltbus.schemas.spans import AttemptHeartbeatSent
+from voltbus.services.eventlog import Envelope
+from voltbus.services.runner.heartbeat import Heartbeat
+from voltbus.services.settings import NatsSettings
+from voltbus.store import Store
+
+
+async def test_beat_skips_attempts_with_recent_spans_and_writes_workers_on_the_main_loop(
+    store: Store, nats_settings: NatsSettings
+) -> None:
+    beat = Heartbeat(nats_settings, ["w-quiet", "w-tracing"], interval=5.0)
+    beat.active = {"w-quiet": ("ro-quiet", "at-1"), "w-tracing": ("ro-tracing", "at-2")}
+    beat.spans_stored = {"ro-tracing": time.monotonic()}  # its spans already are a sign of life
+    beat.main = (asyncio.get_running_loop(), store)
+    beat.start()  # the thread beats once at start with its own connection
+    try:
+        await asyncio.to_thread(lambda: _until(lambda: beat.beats >= 1))
+    finally:
+        await asyncio.to_thread(beat.stop)
+    events = [e.event async for e in store.log.replay("spans") if isinstance(e, Envelope)]
+    beats = [e for e in events if isinstance(e, AttemptHeartbeatSent)]
+    assert [(e.rollout_id, e.attempt_id) for e in beats] == [("ro-quiet", "at-1")]
+    for worker_id in beat.worker_ids:
+        worker = await store.get_worker_by_id(worker_id)
+        assert worker is not None and worker.last_heartbeat_time is not None
+        assert worker.heartbeat_stats is not None and worker.heartbeat_stats["cpu_cores"]
+    assert set(store._known_workers) == set(beat.worker_ids)  # written by the runner's store, not the thread's
+
+
+def _until(condition: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError("the heartbeat thread did not beat")
+        time.sleep(0.01)

@@ -211,7 +211,7 @@ class Runners:
         for i, path in enumerate(self.logs):
             env = {
                 **os.environ,
-                "PYTHONPATH": str(ROOT),
+                "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
                 "VOLTBUS_NATS__URL": nats.url,
                 "VOLTBUS_NATS__NAMESPACE": nats.namespace,
                 "VOLTBUS_RUNNER__SLOTS": str(sc.slots),

@@ -8,6 +8,7 @@ CREATE TABLE IF NOT EXISTS gateway_events (
     retry_after_s INTEGER,
     inflight INTEGER,
     paused_s DOUBLE,
+    versions JSON,
     recorded_at DOUBLE NOT NULL
 );
 

@@ -28,7 +28,7 @@ from .rows import ARROW, Row, activity_key, control_row, rollout_rows, telemetry
 
 log = logging.getLogger(__name__)
 
-PROJECTION_VERSION = 4
+PROJECTION_VERSION = 5
 """Bump when tables or row mapping change: an older database is then rebuilt from the log."""
 STREAMS = ("control", "spans")
 KEYS = {"WorkerStatusReported": ("worker_id",), "ResourcesPublished": ("resources_id",), "RunStarted": ("run_id",)}

@@ -167,6 +167,7 @@ def gateway_row(e: GatewayPaused | GatewayResumed, seq: int) -> Row:
         "retry_after_s": e.retry_after_s if paused else None,
         "inflight": e.inflight if paused else None,
         "paused_s": None if paused else e.paused_s,
+        "versions": None if paused or not e.versions else msgspec.json.encode(e.versions).decode(),
         "recorded_at": e.at,
     }
 

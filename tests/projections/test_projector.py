@@ -58,6 +58,8 @@ async def test_live_projection_equals_a_full_rebuild(store: Store, tmp_path: Pat
         [(failed,)] = con.sql("SELECT error FROM model_calls WHERE status = 'error' LIMIT 1").fetchall()
     assert json.loads(failed)["type"] == "UpstreamTimeout"
     assert [(g[1], g[2]) for g in live_tables["gateway_events"]] == [("gw-w", "paused"), ("gw-w", "resumed")]
+    versions = [json.loads(g[7]) if g[7] else None for g in live_tables["gateway_events"]]
+    assert versions == [None, {"http://gpu-1:8000": "policy:2", "http://gpu-2:8000": None}]  # what each engine serves
     assert [q[:2] for q in live_tables["quarantine"]] == [("control", ends["control"])]
     assert dict((s, q) for s, q, _ in live_tables["checkpoints"]) == ends
 

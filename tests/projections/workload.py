@@ -99,5 +99,15 @@ async def write(store: Store, rollouts: int, tag: str = "w") -> list[str]:
     gateway = f"gw-{tag}"
     paused = GatewayPaused(event_id=derive_id(gateway, 1), gateway_id=gateway, retry_after_s=5, inflight=2, at=4.0)
     await store.log.append([paused])
-    await store.log.append([GatewayResumed(event_id=derive_id(gateway, 2), gateway_id=gateway, paused_s=1.0, at=5.0)])
+    await store.log.append(
+        [
+            GatewayResumed(
+                event_id=derive_id(gateway, 2),
+                gateway_id=gateway,
+                paused_s=1.0,
+                at=5.0,
+                versions={"http://gpu-1:8000": "policy:2", "http://gpu-2:8000": None},
+            )
+        ]
+    )
     return [r.rollout_id for r in queued]

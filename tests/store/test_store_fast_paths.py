@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import wait_for
 from voltbus.schemas.errors import InvalidCommand
+from voltbus.schemas.resources import PromptTemplate
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store, connect
 
@@ -43,3 +45,26 @@ async def test_remembered_state_yields_to_another_writer(store: Store, nats_sett
         await store.finish_attempt(second.rollout_id, claims["w2"].attempt.attempt_id, worker_id="w2")
     cancelled = await store.get_rollout_by_id(second.rollout_id)
     assert cancelled is not None and cancelled.status == "cancelled"
+
+
+async def test_enqueue_follows_the_latest_resources_without_reading(store: Store, nats_settings: NatsSettings) -> None:
+    first = await store.add_resources({"p": PromptTemplate(template="one {x}", engine="f-string")})
+    assert (await store.enqueue_rollout("a")).resources_id == f"{first.resources_id}:1"
+    mine = await store.update_resources(
+        first.resources_id, {"p": PromptTemplate(template="two {x}", engine="f-string")}
+    )
+    assert (await store.enqueue_rollout("b")).resources_id == f"{mine.resources_id}:2"  # its own write, at once
+    other = await connect(settings=nats_settings)
+    try:
+        theirs = await other.add_resources({"p": PromptTemplate(template="three {x}", engine="f-string")})
+    finally:
+        await other.close()
+    want = f"{theirs.resources_id}:1"
+
+    async def follows() -> bool:
+        return (await store._latest_resources_id()) == want
+
+    await wait_for(follows, timeout=5, what="the other client's version")
+    assert (await store.enqueue_rollout("c")).resources_id == want
+    latest = await store.get_latest_resources()
+    assert latest is not None and latest.resources_id == theirs.resources_id

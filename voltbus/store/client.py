@@ -36,6 +36,8 @@ class Store(RolloutMethods, DispatchMethods, SpanMethods, ResourceMethods, Worke
         """Close the connection."""
         if self._dispatch_sub is not None:
             await self._dispatch_sub.unsubscribe()
+        if self._latest_watch is not None:
+            await self._latest_watch.unsubscribe()  # type: ignore[attr-defined]
         await self.log.close()
 
     async def __aenter__(self) -> Store:

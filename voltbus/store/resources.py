@@ -7,11 +7,13 @@ version it ran with stays readable.
 
 from __future__ import annotations
 
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from voltbus.schemas import codec
 from voltbus.schemas.base import derive_id
-from voltbus.schemas.errors import ConcurrencyConflict
+from voltbus.schemas.errors import ConcurrencyConflict, DecodeError
 from voltbus.schemas.resources import ResourcesPublished
 from voltbus.services.eventlog import Envelope
 
@@ -30,6 +32,10 @@ def pinned(event: ResourcesPublished) -> str:
 
 class ResourceMethods(StoreBase):
     """Publishing and reading resource versions."""
+
+    _latest: tuple[int, ResourcesPublished | None] | None = None
+    """(stream sequence, event) of the newest resources version, once ``_latest_resources_id`` watches."""
+    _latest_watch: object | None = None
 
     async def _versions(self, name: str) -> list[ResourcesPublished]:
         return (await self._versions_at(name))[0]
@@ -52,9 +58,10 @@ class ResourceMethods(StoreBase):
                 created_at=now,
             )
             try:
-                await self.log.append([event], expected_seq=head)
+                ack = await self.log.append([event], expected_seq=head)
             except ConcurrencyConflict:
                 continue
+            self._saw_version(ack.seq, event)
             created = versions[0].created_at if versions else now
             return resources_view(event, created)
         raise ConcurrencyConflict(self.topology.resources(name), 0, None)
@@ -91,14 +98,30 @@ class ResourceMethods(StoreBase):
         return [resources_view(v, versions[0].created_at) for v in versions]
 
     async def _latest_event(self) -> ResourcesPublished | None:
+        return (await self._latest_event_at())[0]
+
+    async def _latest_event_at(self) -> tuple[ResourcesPublished | None, int]:
         try:
             raw = await self.log.js.get_last_msg(
                 self.topology.control_stream, f"{self.topology.namespace}.res.*", direct=True
             )
         except NotFoundError:
-            return None
+            return None, 0
         event = codec.decode_control(raw.data or b"")
-        return event if isinstance(event, ResourcesPublished) else None
+        return (event if isinstance(event, ResourcesPublished) else None), raw.seq
+
+    def _saw_version(self, seq: int, event: ResourcesPublished) -> None:
+        """Keep the newest resources version seen (by stream sequence) once the watch is on."""
+        if self._latest is not None and seq > self._latest[0]:
+            self._latest = (seq, event)
+
+    async def _watch_versions(self, msg: Msg) -> None:
+        try:
+            event = codec.decode_control(msg.data)
+        except DecodeError:
+            return
+        if isinstance(event, ResourcesPublished):
+            self._saw_version(msg.metadata.sequence.stream, event)
 
     async def get_latest_resources(self) -> ResourcesUpdate | None:
         """The most recently published version of any bundle, or None."""
@@ -106,6 +129,26 @@ class ResourceMethods(StoreBase):
         return None if event is None else await self.get_resources_by_id(pinned(event))
 
     async def _latest_resources_id(self) -> str | None:
-        """The pinned id new rollouts get when they name no resources."""
-        event = await self._latest_event()
+        """The pinned id new rollouts get when they name no resources. Read once; from then on a
+        subscription to the stored versions keeps it current, so an enqueue needs no read. A version
+        this client publishes counts at once; another client's, as soon as the bus delivers it
+        (about a round trip later: an enqueue racing it may get the version before)."""
+        if self._latest is None:
+            event, seq = await self._latest_event_at()
+            if self._latest is not None:  # another call started the watch meanwhile
+                return await self._latest_resources_id()
+            self._latest = (seq, event)  # the watch delivers from the next version on
+            try:
+                self._latest_watch = await self.log.js.subscribe(
+                    f"{self.topology.namespace}.res.*",
+                    stream=self.topology.control_stream,
+                    ordered_consumer=True,
+                    deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                    config=ConsumerConfig(opt_start_seq=seq + 1),
+                    cb=self._watch_versions,
+                )
+            except BaseException:
+                self._latest = None  # no watch: read again next time
+                raise
+        event = self._latest[1]
         return pinned(event) if event else None

@@ -107,6 +107,8 @@ class Projector:
         try:
             self._apply_lean(stream, items)
         except UNAPPLIABLE as exc:
+            if isinstance(exc, MemoryError):  # pa.ArrowMemoryError: the machine's fault, not the event's
+                raise
             pending = [i for i in items if i.seq > self.positions[stream]]
             if len(pending) > 1:
                 log.warning("batch of %s refused (%s): applying it in halves", stream, exc)

@@ -250,7 +250,9 @@ async def push(
         try:
             await gw.pause(f"weight swap to {resources_id}")
         except VllmPushError as exc:
-            refused = exc.status is not None  # the gateway answered: not paused (no answer: maybe paused)
+            # the gateway itself refused (4xx, or its 503 when the bus did not record the pause): not paused;
+            # no answer, or a proxy's 502/504: the pause may have been applied, so it is undone below
+            refused = exc.status is not None and (400 <= exc.status < 500 or exc.status == 503)
             raise
         await swap_all(http, gw, settings, report, path)
         errors = [s.error for s in report.servers if s.error]

@@ -17,6 +17,9 @@ from voltbus.store import AttemptedRollout, Store
 
 log = logging.getLogger(__name__)
 
+RETRY_S = 0.5
+"""Pause after a failed round (a bus error that repeats at once would otherwise spin)."""
+
 
 class Dispatcher:
     """Claims rollouts for the slots that wait, with one fetch per round."""
@@ -26,9 +29,13 @@ class Dispatcher:
         self.waiting: dict[str, asyncio.Future[AttemptedRollout | None]] = {}
         self.reported: set[str] = set()
         self.wake = asyncio.Event()
+        self.failed: BaseException | None = None
+        """What ended the dispatcher, if not ``stop``: every claim raises it (the slots end, as the runner)."""
 
     async def claim(self, worker_id: str) -> AttemptedRollout | None:
         """The next rollout claimed for this worker; None once the dispatcher stopped."""
+        if self.failed is not None:
+            raise self.failed
         fut: asyncio.Future[AttemptedRollout | None] = asyncio.get_running_loop().create_future()
         self.waiting[worker_id] = fut
         self.wake.set()
@@ -50,11 +57,17 @@ class Dispatcher:
                     woken.cancel()
                     continue
                 await self.round()
+        except Exception as exc:  # e.g. the connection closed for good
+            self.failed = exc
+            raise
         finally:
             stopping.cancel()
             for fut in self.waiting.values():
                 if not fut.done():
-                    fut.set_result(None)
+                    if self.failed is None:
+                        fut.set_result(None)
+                    else:
+                        fut.set_exception(self.failed)
 
     async def round(self) -> None:
         """One fetch for the slots waiting now; each claimed rollout goes to its slot."""
@@ -64,7 +77,8 @@ class Dispatcher:
         try:
             got = await self.store.dequeue_for_workers(workers, report_empty=first)
         except (VoltbusError, TimeoutError) as exc:
-            log.warning("dispatch round failed (retrying): %s", exc)
+            log.warning("dispatch round failed (retrying in %ss): %s", RETRY_S, exc)
+            await asyncio.sleep(RETRY_S)  # a pause before the retry, not a synchronization
             return
         self.reported.update(first)
         for worker_id, rollout in got.items():

@@ -68,3 +68,24 @@ async def test_enqueue_follows_the_latest_resources_without_reading(store: Store
     assert (await store.enqueue_rollout("c")).resources_id == want
     latest = await store.get_latest_resources()
     assert latest is not None and latest.resources_id == theirs.resources_id
+
+
+class _Fetcher:
+    """A pull subscription whose fetch, like nats-py's, may hand over more messages than asked for."""
+
+    def __init__(self, batches: list[list[str]]) -> None:
+        self.batches, self.calls = batches, 0
+
+    async def fetch(self, n: int, timeout: float) -> list[str]:
+        self.calls += 1
+        return self.batches.pop(0)
+
+
+async def test_dispatch_messages_past_the_batch_are_kept_for_the_next_claim(store: Store) -> None:
+    sub = _Fetcher([["m1", "m2", "m3"], ["m4"]])
+    assert await store._fetch_dispatch(sub, 1) == ["m1"]  # type: ignore[arg-type]
+    assert await store._fetch_dispatch(sub, 1) == ["m2"]  # type: ignore[arg-type]
+    assert await store._fetch_dispatch(sub, 5) == ["m3"]  # type: ignore[arg-type]
+    assert sub.calls == 1  # the spare ones came first, without a fetch
+    assert await store._fetch_dispatch(sub, 5) == ["m4"]  # type: ignore[arg-type]
+    assert sub.calls == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,11 +30,15 @@ class Store(RolloutMethods, DispatchMethods, SpanMethods, ResourceMethods, Worke
         super().__init__(log, clock)
         self._running = set()
         self._dispatch_sub = None
+        self._spare_dispatch = []
         self._known_workers = {}
         self._worker_locks = {}
 
     async def close(self) -> None:
         """Close the connection."""
+        for msg in self._spare_dispatch:  # fetched, never claimed: back to the queue now
+            with contextlib.suppress(Exception):  # else the ack wait returns them later
+                await msg.nak()
         if self._dispatch_sub is not None:
             await self._dispatch_sub.unsubscribe()
         if self._latest_watch is not None:

@@ -35,10 +35,10 @@ class DispatchMethods(StoreBase):
             return {}
         sub = await self._dispatch_subscription()  # type: ignore[attr-defined]
         try:
-            msgs = await sub.fetch(len(worker_ids), timeout=self.settings.dequeue_wait_s)
+            msgs = await self._fetch_dispatch(sub, len(worker_ids))  # type: ignore[attr-defined]
         except TimeoutError:  # nats-py raises both its own and asyncio's TimeoutError here
             msgs = []
-        pairs = list(zip(worker_ids, msgs, strict=False))
+        pairs = list(zip(worker_ids, msgs, strict=False))  # msgs: at most one per worker
         states = await asyncio.gather(*(self._claim_or_nak(m, w) for w, m in pairs))  # type: ignore[attr-defined]
         claimed: dict[str, RolloutState] = {w: s for (w, _), s in zip(pairs, states, strict=True) if s is not None}
         reports = [self._sync_worker(w, s, dequeued=True) for w, s in claimed.items()]

@@ -48,6 +48,7 @@ class RolloutMethods(StoreBase):
     """Rollout and attempt lifecycle through the log."""
 
     _dispatch_sub: JetStreamContext.PullSubscription | None = None
+    _spare_dispatch: list[Msg]
 
     async def _queue_command(
         self,
@@ -144,7 +145,7 @@ class RolloutMethods(StoreBase):
         latest: RolloutState | None = None
         while len(claimed) < limit:
             try:
-                msgs = await sub.fetch(limit - len(claimed), timeout=self.settings.dequeue_wait_s)
+                msgs = await self._fetch_dispatch(sub, limit - len(claimed))
             except TimeoutError:  # nats-py raises both its own and asyncio's TimeoutError here
                 break
             if not msgs:
@@ -163,6 +164,16 @@ class RolloutMethods(StoreBase):
                 self.topology.dispatch_consumer, self.topology.control_stream
             )
         return self._dispatch_sub
+
+    async def _fetch_dispatch(self, sub: JetStreamContext.PullSubscription, n: int) -> list[Msg]:
+        """At most ``n`` dispatch messages. nats-py's fetch also hands over every message left from an
+        earlier request, even past ``n``: the extra ones are kept for the next call, which takes them
+        first (left unclaimed, they would wait out the consumer's ack wait; a nak would count as a
+        delivery against ``dispatch_max_deliver``)."""
+        if not self._spare_dispatch:
+            self._spare_dispatch = await sub.fetch(n, timeout=self.settings.dequeue_wait_s)
+        msgs, self._spare_dispatch = self._spare_dispatch[:n], self._spare_dispatch[n:]
+        return msgs
 
     async def _claim_or_nak(self, msg: Msg, worker_id: str | None) -> RolloutState | None:
         """``_claim``; when it fails, the message is redelivered (after a second) and None returned."""

@@ -1,9 +1,11 @@
-"""voltbus addition for runners with many slots: one dispatch fetch claims for many workers at once.
+"""Store methods that consume the dispatch queue: claiming queued rollouts (Agent Lightning 0.3's
+``dequeue_rollout`` / ``dequeue_many_rollouts``), and a voltbus addition for runners with many slots.
 
-Each slot of a runner is a worker. Polling the queue from every slot costs a fetch per slot per
-claim (and one per idle slot per ``dequeue_wait_s``); here one fetch asks for as many rollouts as
-there are waiting workers and claims them concurrently, each with its own OCC append, so the claims
-share round trips. Every claim, stale entry and worker report is the same as ``dequeue_rollout``'s.
+Runners pull from a durable consumer on the rollouts' dispatchable subjects and claim with an OCC
+append; a second runner's claim on the same rollout fails and it moves on. Each slot of a runner is a
+worker: polling the queue from every slot costs a fetch per slot per claim (and one per idle slot per
+``dequeue_wait_s``), so ``dequeue_for_workers`` asks for as many rollouts as there are waiting
+workers with one fetch and claims them concurrently, each with its own OCC append.
 """
 
 from __future__ import annotations
@@ -12,9 +14,16 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from voltbus.services.lifecycle import RolloutState
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
-from .base import StoreBase
+from voltbus.schemas import codec
+from voltbus.schemas.commands import ClaimRollout
+from voltbus.schemas.errors import DecodeError, IllegalTransition, VoltbusError
+from voltbus.schemas.rollouts import DISPATCHABLE, RolloutQueued
+from voltbus.services.lifecycle import RolloutState, decider
+
+from .base import StoreBase, new_id
 from .types import AttemptedRollout
 from .views import rollout_view
 
@@ -22,7 +31,94 @@ log = logging.getLogger(__name__)
 
 
 class DispatchMethods(StoreBase):
-    """Claiming for several workers with one fetch."""
+    """Claiming queued rollouts."""
+
+    _dispatch_sub: JetStreamContext.PullSubscription | None = None
+    _spare_dispatch: list[Msg]
+
+    async def dequeue_rollout(self, worker_id: str | None = None) -> AttemptedRollout | None:
+        """Claim the oldest queued rollout (FIFO), or None when the queue is empty."""
+        claimed = await self.dequeue_many_rollouts(limit=1, worker_id=worker_id)
+        return claimed[0] if claimed else None
+
+    async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: str | None = None) -> list[AttemptedRollout]:
+        """Claim up to ``limit`` queued rollouts in FIFO order; stale queue entries are skipped."""
+        if limit <= 0:
+            return []
+        sub = await self._dispatch_subscription()
+        claimed: list[AttemptedRollout] = []
+        latest: RolloutState | None = None
+        while len(claimed) < limit:
+            try:
+                msgs = await self._fetch_dispatch(sub, limit - len(claimed))
+            except TimeoutError:  # nats-py raises both its own and asyncio's TimeoutError here
+                break
+            if not msgs:
+                break
+            for msg in msgs:
+                state = await self._claim_or_nak(msg, worker_id)
+                if state is not None:
+                    claimed.append(rollout_view(state))  # type: ignore[arg-type]
+                    latest = state
+        await self._sync_worker(worker_id, latest, dequeued=True)
+        return claimed
+
+    async def _dispatch_subscription(self) -> JetStreamContext.PullSubscription:
+        if self._dispatch_sub is None:
+            self._dispatch_sub = await self.log.js.pull_subscribe_bind(
+                self.topology.dispatch_consumer, self.topology.control_stream
+            )
+        return self._dispatch_sub
+
+    async def _fetch_dispatch(self, sub: JetStreamContext.PullSubscription, n: int) -> list[Msg]:
+        """At most ``n`` dispatch messages. nats-py's fetch also hands over every message left from an
+        earlier request, even past ``n``: the extra ones are kept for the next call, which takes them
+        first (left unclaimed, they would wait out the consumer's ack wait; a nak would count as a
+        delivery against ``dispatch_max_deliver``)."""
+        if not self._spare_dispatch:
+            self._spare_dispatch = await sub.fetch(n, timeout=self.settings.dequeue_wait_s)
+        msgs, self._spare_dispatch = self._spare_dispatch[:n], self._spare_dispatch[n:]
+        return msgs
+
+    async def _claim_or_nak(self, msg: Msg, worker_id: str | None) -> RolloutState | None:
+        """``_claim``; when it fails, the message is redelivered (after a second) and None returned."""
+        try:
+            return await self._claim(msg, worker_id)
+        except (VoltbusError, TimeoutError) as exc:  # keep the claims already made; redeliver this one
+            log.warning("claim of %s failed: %s", msg.subject, exc)
+            await msg.nak(delay=1)
+            return None
+
+    async def _claim(self, msg: Msg, worker_id: str | None) -> RolloutState | None:
+        """Claim one dispatch message's rollout: an OCC append; a stale or lost claim just moves on."""
+        try:
+            event = codec.decode_control(msg.data)
+        except DecodeError as exc:
+            log.error("undecodable dispatch message on %s: %s", msg.subject, exc)
+            await msg.nak()  # after max deliveries the coordinator parks the rollout with the reason
+            return None
+        if not isinstance(event, DISPATCHABLE):
+            await msg.term()
+            return None
+        if isinstance(event, RolloutQueued) and event.rollout_id not in self._known_rollouts:
+            # a rollout's first event: its state is known without a read (a later event is an OCC conflict)
+            self._remember(
+                event.rollout_id, decider.evolve(decider.initial_state(), event), msg.metadata.sequence.stream
+            )
+        cmd = ClaimRollout(
+            rollout_id=event.rollout_id,
+            attempt_id=new_id("at", 8),
+            dispatch_event_id=event.event_id,
+            worker_id=worker_id,
+            at=self.clock(),
+        )
+        try:
+            state = await self._apply(event.rollout_id, cmd)
+        except IllegalTransition:
+            await msg.ack()  # the entry is stale: cancelled, or claimed by someone else
+            return None
+        await msg.ack()
+        return state
 
     async def dequeue_for_workers(
         self, worker_ids: Sequence[str], report_empty: Sequence[str] = ()
@@ -33,13 +129,13 @@ class DispatchMethods(StoreBase):
         (an empty dequeue), the others are not reported (a slot that just finished is idle already)."""
         if not worker_ids:
             return {}
-        sub = await self._dispatch_subscription()  # type: ignore[attr-defined]
+        sub = await self._dispatch_subscription()
         try:
-            msgs = await self._fetch_dispatch(sub, len(worker_ids))  # type: ignore[attr-defined]
+            msgs = await self._fetch_dispatch(sub, len(worker_ids))
         except TimeoutError:  # nats-py raises both its own and asyncio's TimeoutError here
             msgs = []
         pairs = list(zip(worker_ids, msgs, strict=False))  # msgs: at most one per worker
-        states = await asyncio.gather(*(self._claim_or_nak(m, w) for w, m in pairs))  # type: ignore[attr-defined]
+        states = await asyncio.gather(*(self._claim_or_nak(m, w) for w, m in pairs))
         claimed: dict[str, RolloutState] = {w: s for (w, _), s in zip(pairs, states, strict=True) if s is not None}
         reports = [self._sync_worker(w, s, dequeued=True) for w, s in claimed.items()]
         reports += [self._sync_worker(w, None, dequeued=True) for w in report_empty if w not in claimed]

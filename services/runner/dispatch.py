@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import nats.errors
+
 from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.rollouts import ErrorInfo
 from voltbus.store import AttemptedRollout, Store
@@ -76,8 +78,11 @@ class Dispatcher:
         first = [w for w in workers if w not in self.reported]
         try:
             got = await self.store.dequeue_for_workers(workers, report_empty=first)
-        except (VoltbusError, TimeoutError) as exc:
-            log.warning("dispatch round failed (retrying in %ss): %s", RETRY_S, exc)
+        except (VoltbusError, TimeoutError, nats.errors.Error) as exc:
+            if isinstance(exc, nats.errors.ConnectionClosedError):
+                raise  # for good: every slot ends with it
+            # JetStream's 503 or no responders while a server restarts, a timeout: the bus comes back
+            log.warning("dispatch round failed (retrying in %ss): %s: %s", RETRY_S, type(exc).__name__, exc)
             await asyncio.sleep(RETRY_S)  # a pause before the retry, not a synchronization
             return
         self.reported.update(first)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import start_server, wait_for
 from voltbus.services.runner.dispatch import Dispatcher
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store, connect
@@ -42,3 +43,33 @@ async def test_a_dead_connection_ends_every_waiting_slot(nats_settings: NatsSett
         await claim
     with pytest.raises(type(dispatcher.failed)):
         await dispatcher.claim("w2")  # later claims fail at once
+
+
+@pytest.mark.timeout(90)
+async def test_slots_waiting_through_a_server_restart_are_served_after_it(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "nats")
+    store = await connect(settings=NatsSettings(url=server.url, namespace="disp", request_timeout_s=2.0))
+    dispatcher, stop = Dispatcher(store), asyncio.Event()
+    running = asyncio.create_task(dispatcher.run(stop))
+    try:
+        claim = asyncio.create_task(dispatcher.claim("w1"))
+        await wait_for(lambda: "w1" in dispatcher.reported, what="a first empty round")
+        server.kill()
+        server.start()  # rounds fail meanwhile (no responders, JetStream 503, timeouts): retried, not fatal
+        queued: list[object] = []
+        await wait_for(lambda: enqueue_when_back(store, queued), timeout=30, what="the bus back", every=0.2)
+        rollout = await asyncio.wait_for(claim, 30)
+        assert rollout is not None and rollout.rollout_id == queued[0].rollout_id and not running.done()  # type: ignore[attr-defined]
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+        await store.close()
+        server.stop()
+
+
+async def enqueue_when_back(store: Store, queued: list[object]) -> bool:
+    try:
+        queued.append(await store.enqueue_rollout({"after": "restart"}))
+    except Exception:  # noqa: BLE001 - the bus is still coming back: try again
+        return False
+    return True

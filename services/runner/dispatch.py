@@ -75,6 +75,9 @@ class Dispatcher:
         """One fetch for the slots waiting now; each claimed rollout goes to its slot."""
         self.wake.clear()
         workers = [w for w, fut in self.waiting.items() if not fut.done()]
+        if not workers:  # only slots about to resume: let them run instead of spinning here
+            await asyncio.sleep(0)
+            return
         first = [w for w in workers if w not in self.reported]
         try:
             got = await self.store.dequeue_for_workers(workers, report_empty=first)

@@ -60,8 +60,10 @@ class Heartbeat(threading.Thread):
         store = await connect(settings=self.settings, name="voltbus-heartbeat")
         try:
             while not self.stopping.is_set():
+                began = time.monotonic()
                 await self._beat(store)
-                await asyncio.to_thread(self.stopping.wait, self.interval)
+                left = self.interval - (time.monotonic() - began)  # beats keep their period, a slow one included
+                await asyncio.to_thread(self.stopping.wait, max(left, 0.0))
         finally:
             await store.close()
 
@@ -87,11 +89,16 @@ class Heartbeat(threading.Thread):
             done = asyncio.run_coroutine_threadsafe(beat_workers(main_store, self.worker_ids, stats), loop)
         except RuntimeError:  # the loop is closed
             return False
+        patience = min(self.interval / 4, 1.0)  # a blocked loop must not stretch the beat's period
         try:
-            await asyncio.wait_for(asyncio.wrap_future(done), self.interval)
+            await asyncio.wait_for(asyncio.wrap_future(done), patience)
         except TimeoutError:
-            log.warning("the runner's event loop did not write worker heartbeats within %ss", self.interval)
+            log.warning("the runner's event loop did not write worker heartbeats within %ss", patience)
             return False
+        except asyncio.CancelledError:
+            if done.cancelled():  # the runner's loop cancelled the write (it is stopping)
+                return False
+            raise
         return True
 
     def stop(self) -> None:

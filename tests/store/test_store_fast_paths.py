@@ -3,13 +3,16 @@ and commands decided on a remembered state that another writer has since changed
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import start_server, wait_for
 from voltbus.schemas.errors import InvalidCommand
 from voltbus.schemas.resources import PromptTemplate
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store, connect
+from voltbus.store.resources import LATEST_RECHECK_S
 
 
 async def test_dequeue_for_workers_claims_fifo_one_each(store: Store) -> None:
@@ -89,3 +92,32 @@ async def test_dispatch_messages_past_the_batch_are_kept_for_the_next_claim(stor
     assert sub.calls == 1  # the spare ones came first, without a fetch
     assert await store._fetch_dispatch(sub, 5) == ["m4"]  # type: ignore[arg-type]
     assert sub.calls == 2
+
+
+@pytest.mark.timeout(60)
+async def test_the_latest_resources_are_caught_up_after_a_server_restart(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "nats")  # a restart loses the watch's ordered consumer (server memory)
+    settings = NatsSettings(url=server.url, namespace="latest", request_timeout_s=2.0)
+    store, other = await connect(settings=settings), None
+    try:
+        first = await store.add_resources({"p": PromptTemplate(template="one {x}", engine="f-string")})
+        assert (await store.enqueue_rollout("a")).resources_id == f"{first.resources_id}:1"
+        server.kill()
+        server.start()
+        other = await connect(settings=settings)
+        theirs = await other.add_resources({"p": PromptTemplate(template="two {x}", engine="f-string")})
+        want = f"{theirs.resources_id}:1"
+
+        async def follows() -> bool:
+            try:
+                return (await store._latest_resources_id()) == want
+            except Exception:  # noqa: BLE001 - the client is still reconnecting
+                return False
+
+        await wait_for(follows, timeout=5 * LATEST_RECHECK_S, what="the new version after the restart", every=0.2)
+        # (without the re-read: ~20 s here, until nats-py resets the ordered consumer on its own)
+    finally:
+        for client in (store, other):
+            if client is not None:
+                await client.close()
+        server.stop()

@@ -7,6 +7,8 @@ version it ran with stays readable.
 
 from __future__ import annotations
 
+import time
+
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
@@ -22,6 +24,8 @@ from .types import NamedResources, ResourcesUpdate
 from .views import resources_view
 
 VERSION_SEP = ":"
+LATEST_RECHECK_S = 2.0
+"""How stale the latest version new rollouts default to may get if the watch on it stops delivering."""
 """Separates a bundle id from a version in a pinned resources id (``rs-1a2b:3``)."""
 
 
@@ -36,6 +40,8 @@ class ResourceMethods(StoreBase):
     _latest: tuple[int, ResourcesPublished | None] | None = None
     """(stream sequence, event) of the newest resources version, once ``_latest_resources_id`` watches."""
     _latest_watch: object | None = None
+    _latest_read: float = 0.0
+    """When the newest version was last read from the stream (the watch is re-checked every few seconds)."""
 
     async def _versions(self, name: str) -> list[ResourcesPublished]:
         return (await self._versions_at(name))[0]
@@ -138,6 +144,7 @@ class ResourceMethods(StoreBase):
             if self._latest is not None:  # another call started the watch meanwhile
                 return await self._latest_resources_id()
             self._latest = (seq, event)  # the watch delivers from the next version on
+            self._latest_read = time.monotonic()
             try:
                 self._latest_watch = await self.log.js.subscribe(
                     f"{self.topology.namespace}.res.*",
@@ -150,5 +157,10 @@ class ResourceMethods(StoreBase):
             except BaseException:
                 self._latest = None  # no watch: read again next time
                 raise
+        elif time.monotonic() - self._latest_read > LATEST_RECHECK_S:  # the watch may have died silently
+            self._latest_read = time.monotonic()  # (an ordered consumer lost in a server restart): re-read
+            event, seq = await self._latest_event_at()
+            if event is not None:
+                self._saw_version(seq, event)
         event = self._latest[1]
         return pinned(event) if event else None

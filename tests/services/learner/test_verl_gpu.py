@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from voltbus.services.settings import NatsSettings
+from .verl_checks import VerlChecks, check_update
 
 HAS_VERL = importlib.util.find_spec("verl") is not None
 pytestmark = [
@@ -18,27 +18,11 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
     pytest.mark.skipif(not HAS_VERL, reason="needs verl 0.9.1: pip install 'voltbus[gpu]'"),
 ]
-if HAS_VERL:
-    from .verl_checks import check_kl, check_loop, check_resume, check_update
-
 HF_MODEL = os.environ.get("VOLTBUS_TEST_HF_MODEL")
 
 
-def test_one_update_raises_the_positive_response(policy_dir: Path, tmp_path: Path) -> None:
-    check_update(policy_dir, tmp_path)
-
-
-def test_a_saved_version_resumes_with_its_optimizer(policy_dir: Path, tmp_path: Path) -> None:
-    check_resume(policy_dir, tmp_path)
-
-
-def test_the_kl_term_uses_the_starting_policy(policy_dir: Path, tmp_path: Path) -> None:
-    check_kl(policy_dir, tmp_path)
-
-
-@pytest.mark.timeout(300)
-def test_the_loop_trains_with_backend_verl(nats_settings: NatsSettings, policy_dir: Path, tmp_path: Path) -> None:
-    check_loop(nats_settings, policy_dir, tmp_path)
+class TestVerlOnCuda(VerlChecks):
+    """The same checks as the ``verl`` tests, on a CUDA GPU."""
 
 
 @pytest.mark.skipif(HF_MODEL is None, reason="set VOLTBUS_TEST_HF_MODEL to a local HF model directory")

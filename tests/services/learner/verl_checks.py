@@ -121,3 +121,22 @@ def check_loop(nats_settings: NatsSettings, model_dir: Path, tmp_path: Path) -> 
         assert {"loss", "clip_fraction", "approx_kl_old", "grad_norm"} <= set(e.metrics)
     assert isinstance(events[-1], RunFinished) and events[-1].status == "succeeded"
     assert (tmp_path / "w" / result["run_id"] / "step-1" / "model.safetensors").is_file()
+
+
+class VerlChecks:
+    """The checks as tests, for a test module to subclass under its own marks (``verl`` on CPU, ``gpu``)."""
+
+    def test_one_update_raises_the_positive_response(self, policy_dir: Path, tmp_path: Path) -> None:
+        check_update(policy_dir, tmp_path)
+
+    def test_a_saved_version_resumes_with_its_optimizer(self, policy_dir: Path, tmp_path: Path) -> None:
+        check_resume(policy_dir, tmp_path)
+
+    def test_the_kl_term_uses_the_starting_policy(self, policy_dir: Path, tmp_path: Path) -> None:
+        check_kl(policy_dir, tmp_path)
+
+    @pytest.mark.timeout(300)
+    def test_the_loop_trains_with_backend_verl(
+        self, nats_settings: NatsSettings, policy_dir: Path, tmp_path: Path
+    ) -> None:
+        check_loop(nats_settings, policy_dir, tmp_path)

@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 
 from voltbus.schemas.errors import VoltbusError
+from voltbus.services.gateway.versions import engine_root
 from voltbus.services.settings import LearnerSettings
 
 log = logging.getLogger(__name__)
@@ -52,15 +53,6 @@ class VllmPushError(VoltbusError):
         super().__init__(message)
         self.status = status
         """The HTTP status of a refusal; None when no answer came (the request may have been applied)."""
-
-
-def root(url: str) -> str:
-    """A server's URL without a trailing ``/`` or ``/v1``.
-
-    >>> root("http://127.0.0.1:8766/v1"), root("http://gpu-1:8000/")
-    ('http://127.0.0.1:8766', 'http://gpu-1:8000')
-    """
-    return url.rstrip("/").removesuffix("/v1")
 
 
 def version_dir(weights: str | Path) -> str:
@@ -176,7 +168,7 @@ class GatewayAdmin:
     """The gateway's pause, drain and resume, as the learner calls them."""
 
     def __init__(self, http: httpx.AsyncClient, settings: LearnerSettings, timeout: float = ADMIN_TIMEOUT_S) -> None:
-        self.http, self.base, self.timeout = http, root(settings.gateway_url), timeout
+        self.http, self.base, self.timeout = http, engine_root(settings.gateway_url), timeout
         key = settings.gateway_admin_key
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
 
@@ -221,11 +213,12 @@ async def swap_all(
     state = await gw.drain(settings.drain_timeout_s)
     report.drain_s = time.monotonic() - started
     engines = state.get("versions") or {}
-    unknown = [root(u) for u in settings.vllm_urls if root(u) not in engines]
+    unknown = [engine_root(u) for u in settings.vllm_urls if engine_root(u) not in engines]
     if unknown:
         raise VllmPushError(f"{', '.join(unknown)} not among the gateway's engines {list(engines)}")
     started = time.monotonic()
-    report.servers = [ServerSwap(root(u)) for u in settings.vllm_urls]  # from here on, a cancel leaves them unknown
+    # from here on, a cancel leaves them unknown
+    report.servers = [ServerSwap(engine_root(u)) for u in settings.vllm_urls]
     timeout = settings.vllm_timeout_s
     await asyncio.gather(*(swap(http, out, report.resources_id, path, timeout) for out in report.servers))
     report.swap_s = time.monotonic() - started

@@ -19,7 +19,7 @@ from nats.js.errors import NotFoundError
 
 from voltbus.schemas import codec
 from voltbus.schemas.codec import AnyEvent
-from voltbus.schemas.errors import ConcurrencyConflict, PublishFailed
+from voltbus.schemas.errors import ConcurrencyConflict, PublishFailed, VoltbusError
 from voltbus.schemas.subjects import Topology, aggregate_of, subject_for
 
 from ..settings import NatsSettings
@@ -194,17 +194,31 @@ class EventLog:
             state = decider.evolve(state, env.event)
         return state, last
 
-    async def transact(self, decider: Decider[S, C], rollout_id: str, command: C) -> Transacted[S]:
+    async def transact(
+        self, decider: Decider[S, C], rollout_id: str, command: C, known: tuple[S, int] | None = None
+    ) -> Transacted[S]:
         """Load the rollout, fold, decide, append with OCC; re-decide on conflict (bounded).
 
-        Returns the events appended ([] when the decider found nothing to do: an idempotent repeat)
-        and the state after them. Invalid commands raise from ``decide`` and append nothing.
+        ``known`` is a (state, sequence) the caller believes current (it wrote it last): the command is
+        first decided on it, saving the load; any doubt (a refusal or nothing to do on that state, or a
+        conflict) falls back to the stored history. Returns the events appended ([] when the decider
+        found nothing to do: an idempotent repeat) and the state after them. Invalid commands raise
+        from ``decide`` on the stored history and append nothing.
         """
-        for _ in range(self.settings.conflict_retries + 1):
-            state, last = await self.load(decider, rollout_id)
-            events = decider.decide(command, state)
-            if not events:
-                return Transacted(events=[], state=state, seq=last)
+        for _ in range(self.settings.conflict_retries + 1 + (known is not None)):
+            if known is not None:
+                (state, last), known = known, None
+                try:
+                    events = decider.decide(command, state)
+                except VoltbusError:  # maybe only on a stale state: the history decides
+                    continue
+                if not events:
+                    continue
+            else:
+                state, last = await self.load(decider, rollout_id)
+                events = decider.decide(command, state)
+                if not events:
+                    return Transacted(events=[], state=state, seq=last)
             try:
                 ack = await self.append(events, expected_seq=last)
             except ConcurrencyConflict:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from voltbus.schemas.commands import RolloutCommand
-from voltbus.schemas.errors import ConcurrencyConflict, UnknownRollout, VoltbusError
+from voltbus.schemas.errors import UnknownRollout
 from voltbus.services.eventlog import EventLog
 from voltbus.services.lifecycle import RolloutState, decider
 from voltbus.services.settings import NatsSettings
@@ -40,38 +40,13 @@ class StoreBase:
         return state
 
     async def _apply(self, rollout_id: str, command: RolloutCommand) -> RolloutState:
-        """Run one command through the lifecycle decider; return the state after it.
-
-        When this client remembers the rollout's state (it wrote or saw it last), the command is
-        decided on it and appended with that sequence as the OCC expectation, saving the read; any
-        doubt (a conflict, a refusal, nothing to do) falls back to reading the rollout's history."""
-        fast = await self._apply_known(rollout_id, command)
-        if fast is not None:
-            return fast
-        result = await self.log.transact(decider, rollout_id, command)
+        """Run one command through the lifecycle decider; return the state after it. The state this
+        client last wrote or saw for the rollout, when it has one, is tried first (``transact``'s
+        ``known``), saving the read of the rollout's history."""
+        known = self._known_rollouts.pop(rollout_id, None)
+        result = await self.log.transact(decider, rollout_id, command, known=known)
         self._remember(rollout_id, result.state, result.seq)
         return result.state
-
-    async def _apply_known(self, rollout_id: str, command: RolloutCommand) -> RolloutState | None:
-        known = self._known_rollouts.pop(rollout_id, None)
-        if known is None:
-            return None
-        state, seq = known
-        try:
-            events = decider.decide(command, state)
-        except VoltbusError:  # maybe only on the remembered state: the history decides
-            return None
-        if not events:
-            return None
-        try:
-            ack = await self.log.append(events, expected_seq=seq)
-        except ConcurrencyConflict:  # someone else wrote since: re-decide on the history
-            return None
-        for event in events:
-            state = decider.evolve(state, event)
-        if not ack.already_applied:
-            self._remember(rollout_id, state, ack.seq)
-        return state
 
     def _remember(self, rollout_id: str, state: RolloutState, seq: int) -> None:
         """Keep a rollout's state as an OCC guess (not for ended rollouts; at most 4,096 kept)."""

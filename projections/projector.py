@@ -21,6 +21,7 @@ from voltbus.schemas.errors import DecodeError
 from voltbus.schemas.subjects import aggregate_of
 from voltbus.services.eventlog import BadEvent, Envelope
 from voltbus.services.lifecycle import RolloutState, decider
+from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 
 from . import blocks, lean, training
 from .adapter import AdapterSettings
@@ -38,6 +39,7 @@ UNAPPLIABLE = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputExcep
 """What rows out of a column's range (or type) raise in DuckDB or Arrow: the events that cause it are quarantined."""
 
 _state_decoder = msgspec.json.Decoder(RolloutState)
+_NONE = decider.initial_state()
 
 
 def prepare_file(path: Path) -> None:
@@ -138,6 +140,7 @@ class Projector:
         rows: dict[str, list[Row]] = collections.defaultdict(list)
         touched: dict[str, int] = {}
         activity: dict[tuple[str, str], Row] = {}
+        ended_before: set[tuple[str, str]] = set()
         last, stamp = self.positions[stream], 0.0
         for item in items:
             if item.seq != last + 1:
@@ -148,7 +151,7 @@ class Projector:
                 rows["quarantine"].append(_parked(stream, item.seq, item.subject, item.reason, item.data))
                 continue
             try:
-                self._rows_of(stream, item, rows, touched, activity)
+                self._rows_of(stream, item, rows, touched, activity, ended_before)
             except Exception as exc:  # one event that cannot be applied must not block the projection
                 log.exception("quarantined %s seq %d", stream, item.seq)
                 bad = _unapplied(item, exc)
@@ -159,7 +162,9 @@ class Projector:
             rows["attempt_rows"] += attempts
             rows["state_rows"].append({"rollout_id": rollout_id, "state": msgspec.json.encode(self.states[rollout_id])})
         rows["activity_rows"] += activity.values()
-        ended = [(r, a.attempt_id) for r in touched for a in self.states[r].attempts]  # cleared; the ended recomputed
+        # only an attempt that was ended can have training rows: those are cleared, the ended recomputed
+        ended = [(r, a.attempt_id) for r in touched for a in self.states[r].attempts if a.status not in ACTIVE_ATTEMPT]
+        ended += [k for k in ended_before if k[0] in touched]
         ended += [k for k in activity if training.ended(self.states, k)]
         self._commit(rows, (stream, last, stamp), ended)
         self.positions[stream], self.stamps[stream] = last, stamp
@@ -193,6 +198,7 @@ class Projector:
         rows: dict[str, list[Row]],
         touched: dict[str, int],
         activity: dict[tuple[str, str], Row],
+        ended_before: set[tuple[str, str]],
     ) -> None:
         if stream == "spans":
             if (row := telemetry_row(env)) is not None:
@@ -211,7 +217,10 @@ class Projector:
             return
         rollout_id = aggregate_of(env.event)
         if rollout_id is not None:
-            state = decider.evolve(self.states.get(rollout_id, decider.initial_state()), env.event)  # type: ignore[arg-type]
+            before = self.states.get(rollout_id, _NONE)
+            if rollout_id not in touched:  # as the last commit left it: the attempts that may have training rows
+                ended_before.update((rollout_id, a.attempt_id) for a in before.attempts if a.status not in ACTIVE_ATTEMPT)
+            state = decider.evolve(before, env.event)  # type: ignore[arg-type]
             if state.status is not None:
                 self.states[rollout_id] = state
                 touched[rollout_id] = env.seq

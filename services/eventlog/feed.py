@@ -1,15 +1,22 @@
-"""A feed: an ordered consumer read in batches (count or time bound), for projectors.
+"""A feed: one stream's stored messages in order, read in batches (count or time bound), for projectors.
 
-Batches come from a bounded local queue filled by the consumer's callback, so taking a batch with
-a deadline never cancels anything inside nats-py, and a slow reader pauses the server (flow control).
-A feed that stays idle while the stream has moved past it re-subscribes after the last sequence it
-delivered: an ordered consumer lives in server memory, and after a server restart nats-py 2.16 may
-take many seconds to notice, or never (nats.py issues 504 and 510).
+The feed runs its own ordered push consumer (what nats-py's ``ordered_consumer=True`` sets up: ephemeral,
+in server memory, no acks, flow control, heartbeats) on a core subscription whose messages go straight
+into a local buffer (``Connection`` sinks: no per-message ``Msg``, header parse or task hop). Taking a
+batch with a deadline never cancels anything inside nats-py. A full buffer holds back the answer to
+the server's flow-control request, which pauses delivery.
+
+Order is checked on every message (the consumer's delivery sequence in its reply subject): a gap,
+a heartbeat reporting deliveries the feed never saw, or a feed that stays idle while the stream has
+moved past it re-creates the consumer after the last message received, on a new inbox. An ordered
+consumer lives in server memory, so after a server restart it is gone, and nats-py 2.16 may take many
+seconds to notice, or never (nats.py issues 504 and 510).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime as dt
 import logging
@@ -17,13 +24,16 @@ import time
 from collections.abc import Callable
 
 import nats.errors
+from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, Header
 
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError
 
+from .connection import Connection
 from .records import BadEvent, Envelope
 from .replay import BUFFER
 
@@ -31,116 +41,239 @@ log = logging.getLogger(__name__)
 
 STALL_S = 1.0
 """Idle time after which a feed checks whether the stream moved on without it."""
+HEARTBEAT_S = 5.0
+"""The consumer's idle heartbeat (nats-py's for ordered consumers)."""
+INACTIVE_S = 30.0
+"""A consumer whose feed went away (closed, re-subscribed or dead) is removed by the server after this."""
+
+Raw = tuple[int, int, bytes, bytes]
+"""A received message: stream sequence, stored time in nanoseconds, subject, payload."""
+Position = tuple[int, int, int, int]
+"""From a delivery's reply subject: stream sequence, delivery sequence, stored time (ns), messages pending."""
 
 
-def position(msg: Msg) -> tuple[int, float]:
-    """A delivered message's stream sequence and stored time (to the microsecond, as ``msg.metadata``
-    gives it), read straight from its reply subject: ``msg.metadata`` builds two dataclasses per message.
+def position(reply: bytes) -> Position | None:
+    """Stream sequence, consumer (delivery) sequence, stored time in ns and the messages still pending
+    for the consumer, from a delivered message's reply subject; None when it is not a JetStream delivery.
 
-    >>> position(Msg(None, reply="$JS.ACK.S.c.1.42.7.1767225600123456789.0"))  # type: ignore[arg-type]
-    (42, 1767225600.123457)
-    >>> position(Msg(None, reply="$JS.ACK._.acc.S.c.1.43.8.1767225600500000000.0.tok"))  # type: ignore[arg-type]
-    (43, 1767225600.5)
+    >>> position(b"$JS.ACK.S.c.1.42.7.1767225600123456789.0")
+    (42, 7, 1767225600123456789, 0)
+    >>> position(b"$JS.ACK._.acc.S.c.1.43.8.1767225600500000000.5.tok")  # with domain and account
+    (43, 8, 1767225600500000000, 5)
+    >>> position(b"_INBOX.x") is None
+    True
     """
-    tokens = msg.reply.split(".")
+    if not reply.startswith(b"$JS.ACK."):
+        return None
+    tokens = reply.split(b".")
     if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
-        return int(tokens[5]), dt.datetime.fromtimestamp(int(tokens[7]) / 1e9, dt.UTC).timestamp()  # as metadata
-    meta = msg.metadata  # the newer form with domain and account; it checks the prefix too
-    return meta.sequence.stream, meta.timestamp.timestamp()
+        return int(tokens[5]), int(tokens[6]), int(tokens[7]), int(tokens[8])
+    if len(tokens) >= 11:  # $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>...
+        return int(tokens[7]), int(tokens[8]), int(tokens[9]), int(tokens[10])
+    return None
 
 
-def _item(msg: Msg, decode: Callable[[bytes], AnyEvent]) -> Envelope | BadEvent:
-    seq, stored = position(msg)
+def seconds(ns: int) -> float:
+    """A stored time in seconds since the epoch, to the microsecond (as nats-py's ``msg.metadata`` gives it).
+
+    >>> seconds(1767225600123456789)
+    1767225600.123457
+    """
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).timestamp()
+
+
+def _item(raw: Raw, decode: Callable[[bytes], AnyEvent]) -> Envelope | BadEvent:
+    seq, ns, subject, data = raw
+    stored = seconds(ns)
     try:
-        return Envelope(seq=seq, subject=msg.subject, time=stored, event=decode(msg.data))
+        return Envelope(seq=seq, subject=subject.decode(), time=stored, event=decode(data))
     except DecodeError as exc:
-        return BadEvent(seq=seq, subject=msg.subject, data=msg.data, reason=exc.reason, time=stored)
+        return BadEvent(seq=seq, subject=subject.decode(), data=data, reason=exc.reason, time=stored)
 
 
 class Feed:
     """Stored messages of one stream from a sequence on, taken in batches."""
 
-    def __init__(self, js: JetStreamContext, stream: str, subjects: str, decode: Callable[[bytes], AnyEvent]) -> None:
+    def __init__(
+        self, nc: Client, js: JetStreamContext, stream: str, subjects: str, decode: Callable[[bytes], AnyEvent]
+    ) -> None:
+        self.nc = nc
         self.js = js
         self.stream = stream
         self.subjects = subjects
         self.decode = decode
-        self.queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=BUFFER)
-        self.sub: JetStreamContext.PushSubscription | None = None
+        self.buffer: collections.deque[Raw] = collections.deque()
+        self.arrived = asyncio.Event()
+        self.sub: Subscription | None = None
+        self.consumer: str | None = None
         self.next_seq = 1
         """The sequence the feed hands out next (anything below it is a redelivery and is dropped)."""
+        self.tail = 1
+        """The sequence the feed expects to receive next (past what the buffer holds)."""
+        self.expect = 1
+        """The consumer's next delivery sequence."""
+        self.pending = 0
+        """Messages the consumer had yet to deliver when it sent the last one received."""
+        self.held_reply: str | None = None
+        """A flow-control request answered once the buffer has room."""
+        self.resetting = False
+        """True while the consumer is replaced: deliveries of the old one are ignored."""
+        self.task: asyncio.Task[None] | None = None
+        """A replacement started from a delivery (a gap or a heartbeat)."""
         self.idle_since = time.monotonic()
         self.subscriptions = 0
-        """How often the feed subscribed (a re-subscription follows a server restart)."""
+        """How often the feed subscribed (a re-subscription follows a gap or a server restart)."""
 
     async def open(self, from_seq: int) -> Feed:
         """Start delivering at ``from_seq``."""
-        self.next_seq = max(from_seq, 1)
+        self.next_seq = self.tail = max(from_seq, 1)
         await self._subscribe()
         return self
 
     async def _subscribe(self) -> None:
-        config = ConsumerConfig(opt_start_seq=self.next_seq)
-        self.sub = await self.js.subscribe(
-            self.subjects,
-            stream=self.stream,
-            ordered_consumer=True,
+        inbox = self.nc.new_inbox()
+        sub = await self.nc.subscribe(inbox, cb=self._control)
+        if isinstance(self.nc, Connection):
+            self.nc.sinks[sub._id] = self._received
+        self.sub, self.expect, self.pending = sub, 1, 0
+        config = ConsumerConfig(
+            deliver_subject=inbox,
+            filter_subject=self.subjects,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            config=config,
-            cb=self.queue.put,
+            opt_start_seq=self.tail,
+            ack_policy=AckPolicy.NONE,
+            max_deliver=1,
+            flow_control=True,
+            idle_heartbeat=HEARTBEAT_S,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=INACTIVE_S,
         )
+        try:
+            self.consumer = (await self.js.add_consumer(self.stream, config=config)).name
+        except BaseException:
+            await self._drop(sub)
+            raise
         self.subscriptions += 1
         self.idle_since = time.monotonic()
 
+    async def _drop(self, sub: Subscription | None) -> None:
+        """Stop a subscription and forget its sink; the consumer, left without interest, is removed by the
+        server (``INACTIVE_S``). The bus may be away."""
+        if sub is None:
+            return
+        if isinstance(self.nc, Connection):
+            self.nc.sinks.pop(sub._id, None)
+        if self.sub is sub:
+            self.sub, self.consumer = None, None
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+
+    def _received(self, subject: bytes, reply: bytes, data: bytes) -> None:
+        """A message with a payload, in delivery order (called by the connection's parser)."""
+        if self.resetting:
+            return  # the consumer is being replaced: the new one starts after the last message received
+        pos = position(reply)
+        if pos is None:
+            log.warning("feed of %s: a message without a JetStream reply subject (%r) ignored", self.stream, reply)
+            return
+        seq, delivered, ns, self.pending = pos
+        if delivered != self.expect:
+            self._reset(f"delivery {delivered} came where {self.expect} was due")
+            return
+        self.expect = delivered + 1
+        if seq >= self.tail:
+            self.tail = seq + 1
+            self.buffer.append((seq, ns, subject, data))
+            self.arrived.set()
+
+    async def _control(self, msg: Msg) -> None:
+        """A message nats-py handed over: flow control and heartbeats (header only), or a payload-less
+        stored message (or every message, on a connection without sinks)."""
+        if self.sub is None or msg.sid != self.sub._id:
+            return  # a subscription already replaced
+        headers = msg.headers or {}
+        status = headers.get(Header.STATUS)
+        if msg.data or status != "100":
+            self._received(msg.subject.encode(), msg.reply.encode(), msg.data)
+            return
+        description = headers.get(Header.DESCRIPTION, "")
+        if description.startswith("Flow") and msg.reply:
+            if len(self.buffer) < BUFFER:
+                await self.nc.publish(msg.reply)
+            else:
+                self.held_reply = msg.reply
+        elif description.startswith("Idle"):
+            if stalled := headers.get(Header.CONSUMER_STALLED):
+                await self.nc.publish(stalled)
+            last = headers.get(Header.LAST_CONSUMER)
+            if last is not None and last.isdigit() and int(last) >= self.expect:
+                self._reset(f"the server delivered up to {last}, the feed received up to {self.expect - 1}")
+
+    def _reset(self, why: str) -> None:
+        if not self.resetting:
+            log.warning("feed of %s before seq %d: %s; re-subscribing", self.stream, self.tail, why)
+            self.resetting = True
+            self.task = asyncio.get_running_loop().create_task(self._resubscribe())
+
+    async def _resubscribe(self) -> None:
+        """A new consumer (on a new inbox) from the first message not yet received."""
+        self.resetting = True
+        try:
+            await self._drop(self.sub)
+        finally:
+            self.resetting = False
+        with contextlib.suppress(TimeoutError, nats.errors.Error):
+            await self._subscribe()
+
     async def _unstall(self) -> None:
         """Re-subscribe if the stream holds messages past the feed and none arrived for ``STALL_S``."""
-        if time.monotonic() - self.idle_since < STALL_S:
+        if time.monotonic() - self.idle_since < STALL_S or self.resetting:
             return
         self.idle_since = time.monotonic()
         try:
             last = await self.last_seq()
         except (TimeoutError, nats.errors.Error):
             return  # the bus is away; ask again later
-        if last < self.next_seq or not self.queue.empty():
+        if last < self.tail or self.buffer or self.resetting:
             return
-        log.warning("feed of %s stalled before seq %d (stream at %d): re-subscribing", self.stream, self.next_seq, last)
-        if self.sub is not None:
-            with contextlib.suppress(Exception):  # the old consumer may be gone with the server that held it
-                await self.sub.unsubscribe()
-        with contextlib.suppress(TimeoutError, nats.errors.Error):
-            await self._subscribe()
+        log.warning("feed of %s stalled before seq %d (stream at %d): re-subscribing", self.stream, self.tail, last)
+        await self._resubscribe()
 
     async def last_seq(self) -> int:
         """The stream's last sequence right now."""
         return (await self.js.stream_info(self.stream)).state.last_seq
 
     async def batch(self, max_items: int, max_wait: float, to_seq: int | None = None) -> list[Envelope | BadEvent]:
-        """Up to ``max_items`` messages: waits up to ``max_wait`` for the first, then takes what is there
-        (waiting at most ``max_wait`` in total); never goes past ``to_seq``."""
+        """Up to ``max_items`` messages, waiting at most ``max_wait``: for the first, and then for more only
+        while the consumer says more are on their way (a backlog makes full batches, a trickle is not held
+        back); never goes past ``to_seq``."""
         items: list[Envelope | BadEvent] = []
+        buffer, decode = self.buffer, self.decode
         deadline = time.monotonic() + max_wait
         while len(items) < max_items:
-            if self.queue.empty():
-                if items:  # take what is there: a steady stream still makes large batches (they pile up
-                    break  # while the previous one commits), and a trickle is not held back
+            if not buffer:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or (items and not self.pending):
                     break
-                try:
-                    msg = await asyncio.wait_for(self.queue.get(), remaining)
-                except TimeoutError:
-                    break
-            else:
-                msg = self.queue.get_nowait()
-            item = _item(msg, self.decode)
-            if item.seq < self.next_seq:
+                self.arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.arrived.wait(), remaining)
+                continue
+            raw = buffer.popleft()
+            if raw[0] < self.next_seq:
                 continue  # delivered already, before a re-subscription
-            if to_seq is not None and item.seq > to_seq:
+            if to_seq is not None and raw[0] > to_seq:
+                buffer.appendleft(raw)
                 break
-            items.append(item)
-            self.next_seq = item.seq + 1
-            if to_seq is not None and item.seq >= to_seq:
+            items.append(_item(raw, decode))
+            self.next_seq = raw[0] + 1
+            if to_seq is not None and raw[0] >= to_seq:
                 break
+        if self.held_reply is not None and len(buffer) < BUFFER:
+            reply, self.held_reply = self.held_reply, None
+            with contextlib.suppress(nats.errors.Error):
+                await self.nc.publish(reply)
         if items:
             self.idle_since = time.monotonic()
         else:
@@ -149,6 +282,8 @@ class Feed:
 
     async def close(self) -> None:
         """Stop the consumer."""
-        if self.sub is not None:
-            await self.sub.unsubscribe()
-            self.sub = None
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(BaseException):
+                await self.task
+        await self._drop(self.sub)

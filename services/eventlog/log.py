@@ -258,7 +258,7 @@ class EventLog:
         """A batch reader of a stream for projectors (open it at a sequence, then take batches)."""
         name = self.topology.control_stream if stream == "control" else self.topology.spans_stream
         decode = codec.decode_control if stream == "control" else codec.decode_spans
-        return Feed(self.js, name, f"{self.topology.namespace}.>", decode)
+        return Feed(self.nc, self.js, name, f"{self.topology.namespace}.>", decode)
 
     def replay(
         self,

@@ -219,7 +219,7 @@ class Projector:
         if rollout_id is not None:
             before = self.states.get(rollout_id, _NONE)
             if rollout_id not in touched:  # as the last commit left it: the attempts that may have training rows
-                ended_before.update((rollout_id, a.attempt_id) for a in before.attempts if a.status not in ACTIVE_ATTEMPT)
+                ended_before.update((rollout_id, a.attempt_id) for a in before.attempts if _ended(a.status))
             state = decider.evolve(before, env.event)  # type: ignore[arg-type]
             if state.status is not None:
                 self.states[rollout_id] = state
@@ -253,6 +253,10 @@ class Projector:
             self.con.rollback()
             self._load()  # in-memory folds went ahead of the database: take them back
             raise
+
+
+def _ended(status: str) -> bool:
+    return status not in ACTIVE_ATTEMPT
 
 
 def _strict(item: Envelope | BadEvent) -> Envelope | BadEvent:

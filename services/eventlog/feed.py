@@ -68,7 +68,7 @@ def position(reply: bytes) -> Position | None:
     tokens = reply.split(b".")
     if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
         return int(tokens[5]), int(tokens[6]), int(tokens[7]), int(tokens[8])
-    if len(tokens) >= 11:  # $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>...
+    if len(tokens) >= 11:  # $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
         return int(tokens[7]), int(tokens[8]), int(tokens[9]), int(tokens[10])
     return None
 

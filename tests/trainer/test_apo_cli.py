@@ -36,8 +36,8 @@ async def voltbus(*args: str, env: dict[str, str]) -> tuple[int, str]:
 
 async def test_voltbus_apo_searches_against_running_runners(
     nats_settings: NatsSettings,
-    good_critic: Critic,
-    tmp_path: Path,  # noqa: F811
+    good_critic: Critic,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     shape = ["--rounds", "2", "--beam-width", "2", "--branch-factor", "2", "--val-batch-size", "3"]
     args = ["apo", *inputs(tmp_path), "--critic-url", good_critic.url, "--critic-model", "stub", "--run-id", "apo-cli"]

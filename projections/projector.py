@@ -2,12 +2,12 @@
 
 Each batch of a stream is applied, and that stream's checkpoint moved, in one DuckDB transaction,
 so a kill at any instant loses nothing and doubles nothing: on restart each stream resumes at its
-checkpoint + 1. Rollout and attempt rows come from folding the lifecycle decider's ``evolve``.
+checkpoint + 1. The rows come from ``prepare.py`` (in this process, or in a reader process), rollout and
+attempt rows by folding the lifecycle decider's ``evolve``.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import shutil
 from pathlib import Path
@@ -16,30 +16,24 @@ import duckdb
 import msgspec
 import pyarrow as pa
 
-from voltbus.schemas import codec
 from voltbus.schemas.errors import DecodeError
-from voltbus.schemas.subjects import aggregate_of
 from voltbus.services.eventlog import BadEvent, Envelope
-from voltbus.services.lifecycle import RolloutState, decider
-from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
+from voltbus.services.lifecycle import RolloutState
 
 from . import blocks, lean, training
 from .adapter import AdapterSettings
-from .rows import ARROW, Row, activity_key, control_row, rollout_rows, telemetry_row
+from .prepare import Key, Prepared, Preparer, load_states, tables, unapplied
+from .rows import Row
 
 log = logging.getLogger(__name__)
 
 PROJECTION_VERSION = 5
 """Bump when tables or row mapping change: an older database is then rebuilt from the log."""
 STREAMS = ("control", "spans")
-KEYS = {"WorkerStatusReported": ("worker_id",), "ResourcesPublished": ("resources_id",), "RunStarted": ("run_id",)}
-"""Blocks that replace rows by key: within one batch only the last row per key is kept."""
 
 UNAPPLIABLE = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputException, pa.ArrowException, OverflowError)
 """What rows out of a column's range (or type) raise in DuckDB or Arrow: the events that cause it are quarantined."""
 
-_state_decoder = msgspec.json.Decoder(RolloutState)
-_NONE = decider.initial_state()
 
 
 def prepare_file(path: Path) -> None:
@@ -73,13 +67,13 @@ class Projector:
         self.path = Path(path)
         self.adapter = adapter or AdapterSettings()
         self.schemas, self.blocks = blocks.load()
-        self.states: dict[str, RolloutState] = {}
         self.positions = dict.fromkeys(STREAMS, 0)
         self.stamps = dict.fromkeys(STREAMS, 0.0)
         """Stored time of the message at each checkpoint (to tell it from another one at that sequence)."""
         self.diverged: dict[str, str] = {}
         """Streams no longer applied, with why: the log no longer holds what was applied (see rewind.py)."""
         self.applied = 0
+        self._preparer: Preparer | None = None
         prepare_file(self.path)
         self.con = duckdb.connect(str(self.path))
         for block in self.schemas:
@@ -89,12 +83,28 @@ class Projector:
         self._load()
 
     def _load(self) -> None:
-        """Positions and folded rollout states as the last committed transaction left them."""
+        """Positions as the last committed transaction left them; the folds are read again when next needed."""
         self.positions = dict.fromkeys(STREAMS, 0)
         for stream, seq, stamp in self.con.execute("SELECT stream, seq, updated_at FROM checkpoints").fetchall():
             self.positions[stream], self.stamps[stream] = seq, stamp
-        rows = self.con.execute("SELECT rollout_id, state FROM rollout_states").fetchall()
-        self.states = {rid: _state_decoder.decode(blob) for rid, blob in rows}
+        self._preparer = None
+
+    @property
+    def preparer(self) -> Preparer:
+        """This process's preparer, at the committed positions and folds (read from the database when a batch
+        prepared elsewhere, or a failed one, left it behind)."""
+        if self._preparer is None:
+            self._preparer = Preparer(self.positions, load_states(self.stored_states()))
+        return self._preparer
+
+    @property
+    def states(self) -> dict[str, RolloutState]:
+        """The folded rollout states as committed."""
+        return self.preparer.states
+
+    def stored_states(self) -> list[tuple[str, bytes]]:
+        """Every rollout's folded state as the last commit stored it."""
+        return self.con.execute("SELECT rollout_id, state FROM rollout_states").fetchall()
 
     def close(self) -> None:
         """Close the database."""
@@ -119,7 +129,7 @@ class Projector:
                 self.apply(stream, pending[half:])
             elif pending:
                 log.error("quarantined %s seq %d: %s", stream, pending[0].seq, exc)
-                self._apply(stream, [_unapplied(pending[0], exc)])
+                self._apply(stream, [unapplied(pending[0], exc)])
             else:
                 raise
 
@@ -134,41 +144,25 @@ class Projector:
             self._apply(stream, [_strict(i) for i in items])
 
     def _apply(self, stream: str, items: list[Envelope | BadEvent]) -> None:
-        items = [i for i in items if i.seq > self.positions[stream]]
-        if not items:
-            return
-        rows: dict[str, list[Row]] = collections.defaultdict(list)
-        touched: dict[str, int] = {}
-        activity: dict[tuple[str, str], Row] = {}
-        ended_before: set[tuple[str, str]] = set()
-        last, stamp = self.positions[stream], 0.0
-        for item in items:
-            if item.seq != last + 1:
-                log.error("GAP in %s: after seq %d came %d (messages missing from the log)", stream, last, item.seq)
-                rows["gaps"].append({"stream": stream, "after_seq": last, "next_seq": item.seq})
-            last, stamp = item.seq, item.time or stamp
-            if isinstance(item, BadEvent):
-                rows["quarantine"].append(_parked(stream, item.seq, item.subject, item.reason, item.data))
-                continue
-            try:
-                self._rows_of(stream, item, rows, touched, activity, ended_before)
-            except Exception as exc:  # one event that cannot be applied must not block the projection
-                log.exception("quarantined %s seq %d", stream, item.seq)
-                bad = _unapplied(item, exc)
-                rows["quarantine"].append(_parked(stream, bad.seq, bad.subject, bad.reason, bad.data))
-        for rollout_id, seq in touched.items():
-            rollout, attempts = rollout_rows(self.states[rollout_id], seq)
-            rows["rollout_rows"].append(rollout)
-            rows["attempt_rows"] += attempts
-            rows["state_rows"].append({"rollout_id": rollout_id, "state": msgspec.json.encode(self.states[rollout_id])})
-        rows["activity_rows"] += activity.values()
-        # only an attempt that was ended can have training rows: those are cleared, the ended recomputed
-        ended = [(r, a.attempt_id) for r in touched for a in self.states[r].attempts if a.status not in ACTIVE_ATTEMPT]
-        ended += [k for k in ended_before if k[0] in touched]
-        ended += [k for k in activity if training.ended(self.states, k)]
-        self._commit(rows, (stream, last, stamp), ended)
-        self.positions[stream], self.stamps[stream] = last, stamp
-        self.applied += len(items)
+        preparer = self.preparer
+        preparer.positions[stream] = self.positions[stream]
+        try:
+            prepared = preparer.prepare(stream, items)
+        except BaseException:
+            self._preparer = None  # its folds went ahead of the database (Arrow refused a row): take them back
+            raise
+        if prepared is not None:
+            self.commit(prepared, preparer)
+
+    def commit(self, prepared: Prepared, preparer: Preparer | None = None) -> None:
+        """Write a prepared batch and move its stream's checkpoint, in one transaction. ``preparer``: this
+        process's, when it prepared the batch (else the folds are read again when next needed)."""
+        checkpoint = (prepared.stream, prepared.last, prepared.stamp)
+        self._commit(prepared.tables, checkpoint, prepared.cleared, prepared.candidates)
+        self.positions[prepared.stream], self.stamps[prepared.stream] = prepared.last, prepared.stamp
+        self.applied += prepared.count
+        if preparer is None or preparer is not self._preparer:
+            self._preparer = None
 
     def touched_after(self, seq: int) -> set[tuple[str, str]]:
         """Attempts with a sign of life on the spans stream after ``seq``."""
@@ -181,8 +175,10 @@ class Projector:
         and fresh training rows, the checkpoint moves back to that sequence (stored at ``stamp``)."""
         seq = divergence["good_to"]
         rows = {"rewind_spans": [{"seq": seq}], "activity_rows": activity, "divergence": [divergence]}
-        self._commit(rows, ("spans", seq, stamp), list(keys))
+        self._commit(tables(rows), ("spans", seq, stamp), sorted(keys), sorted(keys))
         self.positions["spans"], self.stamps["spans"] = seq, stamp
+        if self._preparer is not None:
+            self._preparer.positions["spans"] = seq
 
     def diverge(self, divergence: Row) -> None:
         """Record that a stream is no longer applied (the log no longer holds what was applied)."""
@@ -191,72 +187,27 @@ class Projector:
         self.con.execute(self.blocks["divergence"].sql)
         self.con.unregister("batch")
 
-    def _rows_of(
-        self,
-        stream: str,
-        env: Envelope,
-        rows: dict[str, list[Row]],
-        touched: dict[str, int],
-        activity: dict[tuple[str, str], Row],
-        ended_before: set[tuple[str, str]],
-    ) -> None:
-        if stream == "spans":
-            if (row := telemetry_row(env)) is not None:
-                rows[row[0]].append(row[1])
-            if (key := activity_key(env)) is not None:
-                seen = activity.get(key)
-                events = seen["events"] + 1 if seen else 1
-                last_seen = max(seen["last_seen"], env.time) if seen else env.time
-                activity[key] = {
-                    "rollout_id": key[0],
-                    "attempt_id": key[1],
-                    "last_seen": last_seen,
-                    "events": events,
-                    "last_seq": env.seq,
-                }
-            return
-        rollout_id = aggregate_of(env.event)
-        if rollout_id is not None:
-            before = self.states.get(rollout_id, _NONE)
-            if rollout_id not in touched:  # as the last commit left it: the attempts that may have training rows
-                ended_before.update((rollout_id, a.attempt_id) for a in before.attempts if _ended(a.status))
-            state = decider.evolve(before, env.event)  # type: ignore[arg-type]
-            if state.status is not None:
-                self.states[rollout_id] = state
-                touched[rollout_id] = env.seq
-        elif (row := control_row(env)) is not None:
-            rows[row[0]].append(row[1])
-
-    def arrow(self, name: str, rows: list[Row]) -> pa.Table:
-        """A block's rows as an Arrow table: the block's fixed schema (rows.ARROW) or inferred types."""
-        schema = ARROW.get(name)
-        return pa.Table.from_pylist(rows, schema=schema) if schema is not None else pa.Table.from_pylist(rows)
-
     def _commit(
-        self, rows: dict[str, list[Row]], checkpoint: tuple[str, int, float], attempts: list[tuple[str, str]]
+        self,
+        blocks_: list[tuple[str, pa.Table]],
+        checkpoint: tuple[str, int, float],
+        cleared: list[Key],
+        candidates: list[Key],
     ) -> None:
         self.con.begin()
         try:
             stream, seq, stamp = checkpoint
             self.con.execute(self.blocks["checkpoint"].sql, {"stream": stream, "seq": seq, "updated_at": stamp})
-            for name, block_rows in rows.items():
-                if not block_rows:
-                    continue
-                if name in KEYS:
-                    block_rows = list({tuple(r[k] for k in KEYS[name]): r for r in block_rows}.values())
-                self.con.register("batch", self.arrow(name, block_rows))
+            for name, table in blocks_:
+                self.con.register("batch", table)
                 self.con.execute(self.blocks[name].sql)
                 self.con.unregister("batch")
-            training.refresh(self.con, self.blocks, attempts, self.states, self.adapter)
+            training.refresh(self.con, self.blocks, cleared, candidates, self.adapter)
             self.con.commit()
         except BaseException:
             self.con.rollback()
-            self._load()  # in-memory folds went ahead of the database: take them back
+            self._load()  # folds prepared here went ahead of the database: take them back
             raise
-
-
-def _ended(status: str) -> bool:
-    return status not in ACTIVE_ATTEMPT
 
 
 def _strict(item: Envelope | BadEvent) -> Envelope | BadEvent:
@@ -266,16 +217,3 @@ def _strict(item: Envelope | BadEvent) -> Envelope | BadEvent:
         return msgspec.structs.replace(item, event=lean.strict(item.event))
     except DecodeError as exc:
         return BadEvent(seq=item.seq, subject=item.subject, data=item.event.stored, reason=exc.reason, time=item.time)
-
-
-def _unapplied(item: Envelope | BadEvent, exc: BaseException) -> BadEvent:
-    """An event that could not be applied, as a quarantined message: its stored bytes (re-encoded when
-    the decoder kept none) and the reason."""
-    if isinstance(item, BadEvent):
-        return item
-    data = item.event.stored if lean.is_lean(item.event) else codec.encode(item.event)
-    return BadEvent(seq=item.seq, subject=item.subject, data=data, reason=f"could not apply: {exc}", time=item.time)
-
-
-def _parked(stream: str, seq: int, subject: str, reason: str, data: bytes | None) -> Row:
-    return {"stream": stream, "seq": seq, "subject": subject, "reason": reason, "data": data}

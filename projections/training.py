@@ -35,22 +35,20 @@ def task_id_of(state: RolloutState) -> str:
     ...     RolloutState(input=msgspec.Raw(b'{"a": 2, "b": 1}')))
     True
     """
-    for source in (state.metadata, _json.decode(state.input)):
+    return task_id(state.metadata, _json.decode(state.input))
+
+
+def task_id(metadata: dict[str, Any], input_: Any) -> str:
+    """``task_id_of`` from a rollout's metadata and decoded input (as the ``rollouts`` table holds them)."""
+    for source in (metadata, input_):
         if isinstance(source, dict):
             for key in ("task_id", "data_id", "id"):
                 value = source.get(key)
                 value = _json.decode(value) if isinstance(value, msgspec.Raw) else value
                 if isinstance(value, str | int) and not isinstance(value, bool):
                     return str(value)
-    canonical = msgspec.json.encode(_json.decode(state.input), order="deterministic")
+    canonical = msgspec.json.encode(input_, order="deterministic")
     return "input:" + derive_id(canonical.decode())[:16]
-
-
-def ended(states: dict[str, RolloutState], key: Key) -> bool:
-    """Whether the attempt exists and is no longer preparing or running."""
-    state = states.get(key[0])
-    attempt = state.attempt(key[1]) if state else None
-    return attempt is not None and attempt.status not in ACTIVE_ATTEMPT
 
 
 def record_settings(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], settings: AdapterSettings) -> None:
@@ -66,23 +64,31 @@ def record_settings(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], se
 def refresh(
     con: duckdb.DuckDBPyConnection,
     blocks: dict[str, Block],
-    keys: Iterable[Key],
-    states: dict[str, RolloutState],
+    cleared: Iterable[Key],
+    candidates: Iterable[Key],
     settings: AdapterSettings,
 ) -> None:
-    """Replace the training rows of ``keys``; only ended attempts get rows."""
-    keys = sorted(set(keys))
-    if not keys:
+    """Replace the training rows of the ``candidates`` that have ended (as the tables say, this transaction's
+    rows included) and take away those of ``cleared``; an attempt in progress has none."""
+    keys = sorted(set(candidates))
+    done = _ended(con, blocks, keys) if keys else []
+    gone = sorted(set(cleared) | {(d["rollout_id"], d["attempt_id"]) for d in done})
+    if not gone:
         return
-    _run(con, blocks["training_clear"], [{"rollout_id": r, "attempt_id": a} for r, a in keys])
-    done = [k for k in keys if ended(states, k)]
+    _run(con, blocks["training_clear"], [{"rollout_id": r, "attempt_id": a} for r, a in gone])
     if not done:
         return
-    inputs = _inputs(con, blocks, done, states)
+    inputs = _inputs(con, blocks, done)
     outputs = [adapt(i, settings) for i in inputs]
     _run(con, blocks["triplet_rows"], [_row(t) for o in outputs for t in o.triplets])
     _run(con, blocks["trajectory_rows"], [_row(t) for o in outputs for t in o.trajectories])
     _run(con, blocks["training_attempt_rows"], [_row(o.summary) for o in outputs])
+
+
+def _ended(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], keys: list[Key]) -> list[dict[str, Any]]:
+    """The attempts of ``keys`` no longer in progress, with their rollout's mode, input and metadata."""
+    batch = [{"rollout_id": r, "attempt_id": a} for r, a in keys]
+    return _run(con, blocks["training_done"], batch, {"active": sorted(ACTIVE_ATTEMPT)})
 
 
 def _row(struct: msgspec.Struct) -> dict[str, Any]:
@@ -92,22 +98,22 @@ def _row(struct: msgspec.Struct) -> dict[str, Any]:
     return row
 
 
-def _run(con: duckdb.DuckDBPyConnection, block: Block, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _run(
+    con: duckdb.DuckDBPyConnection, block: Block, rows: list[dict[str, Any]], params: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     if not rows:
         return []
     con.register("batch", pa.Table.from_pylist(rows))
     try:
-        result = con.execute(block.sql)
+        result = con.execute(block.sql, params) if params else con.execute(block.sql)
         names = [d[0] for d in result.description or []]
         return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
     finally:
         con.unregister("batch")
 
 
-def _inputs(
-    con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], keys: list[Key], states: dict[str, RolloutState]
-) -> list[AttemptInput]:
-    batch = [{"rollout_id": r, "attempt_id": a} for r, a in keys]
+def _inputs(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], done: list[dict[str, Any]]) -> list[AttemptInput]:
+    batch = [{"rollout_id": d["rollout_id"], "attempt_id": d["attempt_id"]} for d in done]
     found: dict[str, dict[Key, list[Any]]] = {n: defaultdict(list) for n in ("spans", "calls", "rewards")}
     for row in _run(con, blocks["training_spans"], batch):
         row["attributes"] = _json.decode(row["attributes"] or "{}")
@@ -117,15 +123,19 @@ def _inputs(
     for row in _run(con, blocks["training_rewards"], batch):
         row["dimensions"] = _json.decode(row["dimensions"] or "{}")
         found["rewards"][row.pop("rollout_id"), row.pop("attempt_id")].append(msgspec.convert(row, RewardRow))
-    return [
-        AttemptInput(
-            rollout_id=r,
-            attempt_id=a,
-            task_id=task_id_of(states[r]),
-            mode=states[r].mode,
-            spans=found["spans"][r, a],
-            calls=found["calls"][r, a],
-            rewards=found["rewards"][r, a],
+    inputs = []
+    for d in done:
+        key = (d["rollout_id"], d["attempt_id"])
+        metadata, input_ = _json.decode(d["metadata"] or "{}"), _json.decode(d["input"] or "null")
+        inputs.append(
+            AttemptInput(
+                rollout_id=key[0],
+                attempt_id=key[1],
+                task_id=task_id(metadata, input_),
+                mode=d["mode"],
+                spans=found["spans"][key],
+                calls=found["calls"][key],
+                rewards=found["rewards"][key],
+            )
         )
-        for r, a in keys
-    ]
+    return inputs

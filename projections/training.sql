@@ -101,6 +101,15 @@ WHERE trajectories.rollout_id = batch.rollout_id AND trajectories.attempt_id = b
 DELETE FROM training_attempts USING batch
 WHERE training_attempts.rollout_id = batch.rollout_id AND training_attempts.attempt_id = batch.attempt_id;
 
+-- name: training_done
+-- The attempts in the batch no longer in progress, with what their rollout row says of mode, input and metadata.
+SELECT a.rollout_id, a.attempt_id, r.mode, r.input, r.metadata
+FROM batch AS b
+INNER JOIN attempts AS a ON a.rollout_id = b.rollout_id AND a.attempt_id = b.attempt_id
+INNER JOIN rollouts AS r ON r.rollout_id = a.rollout_id
+WHERE NOT list_contains($active, a.status)
+ORDER BY a.rollout_id, a.attempt_id;
+
 -- name: training_spans
 -- The stored spans of the attempts in the batch, as the adapter reads them.
 SELECT s.rollout_id, s.attempt_id, s.seq, s.sequence_id, s.span_id, s.parent_id, s.name, s.attributes, s.status_code

@@ -226,14 +226,17 @@ async def read_all(log: EventLog, stream: str, end: int) -> list[Envelope]:
 
 
 class Capture(Projector):
-    """A projector whose commits only record the row dicts (checkpoint row left out)."""
+    """A projector that only records the row dicts each batch produces (no DuckDB, no checkpoint row)."""
 
     def __init__(self) -> None:
         super().__init__(":memory:")
         self.captured: list[dict[str, list[Row]]] = []
 
-    def _commit(self, rows: dict[str, list[Row]], checkpoint: tuple[str, int, float], *_: object) -> None:
-        self.captured.append({k: v for k, v in rows.items() if v})
+    def _apply(self, stream: str, items: list[Envelope | BadEvent]) -> None:
+        batch = self.preparer.rows(stream, items)
+        if batch is not None:
+            self.captured.append({k: v for k, v in batch.rows.items() if v})
+            self.positions[stream] = batch.last
 
 
 def capture(stream: str, envelopes: list[Envelope], batch: int) -> tuple[list[dict[str, list[Row]]], float]:

@@ -1,0 +1,200 @@
+"""Preparing a batch: stored events in, the rows they add (as Arrow tables) and the training keys they touch
+out; no DuckDB.
+
+Rollout and attempt rows come from folding the lifecycle decider's ``evolve`` over each rollout's events,
+never from a second copy of the lifecycle rules. The preparer runs in the projector's process, or in a
+reader process of its own (``reader.py``), where its Python work does not compete with the writer's.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+
+import msgspec
+import pyarrow as pa
+
+from voltbus.schemas import codec
+from voltbus.schemas.subjects import aggregate_of
+from voltbus.services.eventlog import BadEvent, Envelope
+from voltbus.services.lifecycle import RolloutState, decider
+from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
+
+from . import lean
+from .rows import ARROW, Row, activity_key, control_row, rollout_rows, telemetry_row
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+"""(rollout_id, attempt_id)"""
+KEYS = {"WorkerStatusReported": ("worker_id",), "ResourcesPublished": ("resources_id",), "RunStarted": ("run_id",)}
+"""Blocks that replace rows by key: within one batch only the last row per key is kept."""
+
+_NONE = decider.initial_state()
+_state_decoder = msgspec.json.Decoder(RolloutState)
+
+
+class Rows(msgspec.Struct, kw_only=True):
+    """What one batch of a stream adds, as row dicts per SQL block, and the training keys it touches."""
+
+    stream: str
+    last: int
+    """The sequence the stream's checkpoint moves to."""
+    stamp: float
+    """Stored time of the message at ``last``."""
+    count: int
+    """Events in the batch (each applied or quarantined)."""
+    rows: dict[str, list[Row]]
+    cleared: list[Key] = []
+    """Attempts whose training rows are taken away (they were ended before the batch)."""
+    candidates: list[Key] = []
+    """Attempts whose training rows are recomputed if they have ended (by then)."""
+
+
+class Prepared(msgspec.Struct, kw_only=True):
+    """A batch ready for the writer: its tables in block order, checkpoint and training keys."""
+
+    stream: str
+    last: int
+    stamp: float
+    count: int
+    tables: list[tuple[str, pa.Table]]
+    cleared: list[Key] = []
+    candidates: list[Key] = []
+
+
+def arrow(name: str, rows: list[Row]) -> pa.Table:
+    """A block's rows as an Arrow table: the block's fixed schema (rows.ARROW) or inferred types."""
+    schema = ARROW.get(name)
+    return pa.Table.from_pylist(rows, schema=schema) if schema is not None else pa.Table.from_pylist(rows)
+
+
+def tables(rows: dict[str, list[Row]]) -> list[tuple[str, pa.Table]]:
+    """Every block's rows as Arrow, in block order; keyed blocks keep the last row per key."""
+    out = []
+    for name, block_rows in rows.items():
+        if not block_rows:
+            continue
+        if name in KEYS:
+            block_rows = list({tuple(r[k] for k in KEYS[name]): r for r in block_rows}.values())
+        out.append((name, arrow(name, block_rows)))
+    return out
+
+
+def load_states(blobs: list[tuple[str, bytes]]) -> dict[str, RolloutState]:
+    """Folded rollout states as ``rollout_states`` keeps them."""
+    return {rid: _state_decoder.decode(blob) for rid, blob in blobs}
+
+
+class Preparer:
+    """Positions and folded rollout states as of the batches prepared so far."""
+
+    def __init__(self, positions: dict[str, int], states: dict[str, RolloutState]) -> None:
+        self.positions = dict(positions)
+        self.states = states
+
+    def prepare(self, stream: str, items: list[Envelope | BadEvent]) -> Prepared | None:
+        """The batch's tables (None: every item is at or below the stream's position)."""
+        batch = self.rows(stream, items)
+        if batch is None:
+            return None
+        return Prepared(
+            stream=stream,
+            last=batch.last,
+            stamp=batch.stamp,
+            count=batch.count,
+            tables=tables(batch.rows),
+            cleared=batch.cleared,
+            candidates=batch.candidates,
+        )
+
+    def rows(self, stream: str, items: list[Envelope | BadEvent]) -> Rows | None:
+        """The batch's row dicts; items already prepared are skipped, a hole in the sequence is recorded."""
+        items = [i for i in items if i.seq > self.positions[stream]]
+        if not items:
+            return None
+        rows: dict[str, list[Row]] = collections.defaultdict(list)
+        touched: dict[str, int] = {}
+        activity: dict[Key, Row] = {}
+        cleared: set[Key] = set()
+        last, stamp = self.positions[stream], 0.0
+        for item in items:
+            if item.seq != last + 1:
+                log.error("GAP in %s: after seq %d came %d (messages missing from the log)", stream, last, item.seq)
+                rows["gaps"].append({"stream": stream, "after_seq": last, "next_seq": item.seq})
+            last, stamp = item.seq, item.time or stamp
+            if isinstance(item, BadEvent):
+                rows["quarantine"].append(parked(stream, item))
+                continue
+            try:
+                if stream == "spans":
+                    self._telemetry(item, rows, activity)
+                else:
+                    self._control(item, rows, touched, cleared)
+            except Exception as exc:  # one event that cannot be applied must not block the projection
+                log.exception("quarantined %s seq %d", stream, item.seq)
+                rows["quarantine"].append(parked(stream, unapplied(item, exc)))
+        for rollout_id, seq in touched.items():
+            state = self.states[rollout_id]
+            rollout, attempts = rollout_rows(state, seq)
+            rows["rollout_rows"].append(rollout)
+            rows["attempt_rows"] += attempts
+            rows["state_rows"].append({"rollout_id": rollout_id, "state": msgspec.json.encode(state)})
+        rows["activity_rows"] += activity.values()
+        ended = [(r, a.attempt_id) for r in touched for a in self.states[r].attempts if ended_status(a.status)]
+        self.positions[stream] = last
+        return Rows(
+            stream=stream,
+            last=last,
+            stamp=stamp,
+            count=len(items),
+            rows=rows,
+            cleared=sorted(cleared),
+            candidates=ended + list(activity),
+        )
+
+    def _telemetry(self, env: Envelope, rows: dict[str, list[Row]], activity: dict[Key, Row]) -> None:
+        if (row := telemetry_row(env)) is not None:
+            rows[row[0]].append(row[1])
+        if (key := activity_key(env)) is not None:
+            seen = activity.get(key)
+            activity[key] = {
+                "rollout_id": key[0],
+                "attempt_id": key[1],
+                "last_seen": max(seen["last_seen"], env.time) if seen else env.time,
+                "events": seen["events"] + 1 if seen else 1,
+                "last_seq": env.seq,
+            }
+
+    def _control(self, env: Envelope, rows: dict[str, list[Row]], touched: dict[str, int], cleared: set[Key]) -> None:
+        rollout_id = aggregate_of(env.event)
+        if rollout_id is None:
+            if (row := control_row(env)) is not None:
+                rows[row[0]].append(row[1])
+            return
+        before = self.states.get(rollout_id, _NONE)
+        if rollout_id not in touched:  # as the last batch left it: the attempts that may have training rows
+            cleared.update((rollout_id, a.attempt_id) for a in before.attempts if ended_status(a.status))
+        state = decider.evolve(before, env.event)  # type: ignore[arg-type]
+        if state.status is not None:
+            self.states[rollout_id] = state
+            touched[rollout_id] = env.seq
+
+
+def ended_status(status: str) -> bool:
+    """Whether an attempt with this status is no longer in progress."""
+    return status not in ACTIVE_ATTEMPT
+
+
+def unapplied(item: Envelope | BadEvent, exc: BaseException) -> BadEvent:
+    """An event that could not be applied, as a quarantined message: its stored bytes (re-encoded when
+    the decoder kept none) and the reason."""
+    if isinstance(item, BadEvent):
+        return item
+    data = item.event.stored if lean.is_lean(item.event) else codec.encode(item.event)
+    return BadEvent(seq=item.seq, subject=item.subject, data=data, reason=f"could not apply: {exc}", time=item.time)
+
+
+def parked(stream: str, bad: BadEvent) -> Row:
+    """The quarantine row of a message."""
+    return {"stream": stream, "seq": bad.seq, "subject": bad.subject, "reason": bad.reason, "data": bad.data}

@@ -6,16 +6,21 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+import duckdb
+
 from voltbus.services.eventlog import BadEvent, Envelope, EventLog, Feed
 
-from . import lean
-from .projector import STREAMS, Projector
+from . import lean, reader
+from .prepare import Prepared
+from .projector import STREAMS, UNAPPLIABLE, Projector
 from .rewind import Divergence, Guard
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
 """Called after each batch with (stream, position, end) where end is 0 when following live."""
+Batch = list[Envelope | BadEvent] | Prepared | None
+"""What a source hands over: stored events (read here), a prepared batch (by a reader process), or nothing."""
 
 
 async def ends_at(log_: EventLog, to_seq: int | None = None, to_time: float | None = None) -> dict[str, int]:
@@ -44,6 +49,48 @@ def projector_feed(log_: EventLog, stream: str) -> Feed:
     return feed
 
 
+class Local:
+    """Stored events read and prepared in this process."""
+
+    def __init__(self, log_: EventLog, projector: Projector, stream: str, end: int | None) -> None:
+        self.log, self.projector, self.stream, self.end = log_, projector, stream, end
+        self.feed = projector_feed(log_, stream)
+
+    @property
+    def seen(self) -> tuple[int, int]:
+        return self.feed.subscriptions, self.log.nc.stats["reconnects"]
+
+    async def open(self) -> Local:
+        await self.feed.open(self.projector.positions[self.stream] + 1)
+        return self
+
+    async def next(self, batch_size: int, max_wait: float) -> Batch:
+        return await self.feed.batch(batch_size, max_wait, to_seq=self.end)
+
+    async def close(self) -> None:
+        await self.feed.close()
+
+
+class Remote:
+    """Batches prepared by reader processes, a share each."""
+
+    def __init__(self, readers: reader.Readers) -> None:
+        self.readers = readers
+
+    @property
+    def seen(self) -> tuple[int, int]:
+        return self.readers.seen
+
+    async def next(self, batch_size: int, max_wait: float) -> Batch:
+        return await self.readers.next(max_wait)
+
+    async def close(self) -> None:
+        await self.readers.close()
+
+
+Source = Local | Remote
+
+
 async def project(
     projector: Projector,
     log_: EventLog,
@@ -52,42 +99,100 @@ async def project(
     progress: Progress | None = None,
     batch_size: int = 2000,
     max_wait: float = 0.1,
+    readers: int | dict[str, int] = 0,
 ) -> None:
-    """Apply both streams until ``ends`` are reached (a rebuild) or ``stop`` is set (live)."""
+    """Apply both streams until ``ends`` are reached (a rebuild) or ``stop`` is set (live).
+
+    ``readers``: reader processes per stream (reader.py), each preparing a share of it, so that the work
+    does not take turns with DuckDB under this process's interpreter lock (0: all here); readers that
+    cannot start or fail leave their stream to this process, and a batch the database refuses is applied
+    again here (in halves, down to the events at fault).
+    """
     lock = asyncio.Lock()
+    counts = readers if isinstance(readers, dict) else dict.fromkeys(STREAMS, int(readers))
+    use = {s: counts.get(s, 0) > 0 and reader.supported() for s in STREAMS}
+
+    async def source(stream: str, end: int | None) -> Source:
+        if use[stream]:
+            try:
+                async with lock:  # the writer connection serves one thread at a time
+                    states = await asyncio.to_thread(projector.stored_states) if stream == "control" else []
+                position = projector.positions[stream]
+                settings = log_.settings
+                started = await reader.Readers.start(
+                    settings, stream, counts[stream], position, end, batch_size, max_wait, states
+                )
+                return Remote(started)
+            except Exception as exc:
+                log.warning("no reader process for %s (%s): reading it in this process", stream, exc)
+                use[stream] = False
+        return await Local(log_, projector, stream, end).open()
+
+    async def catch_up(stream: str, to_seq: int) -> None:
+        """The events up to ``to_seq`` read and applied here (after a reader's batch was refused)."""
+        local = await Local(log_, projector, stream, to_seq).open()
+        try:
+            while projector.positions[stream] < to_seq:
+                items = await local.next(batch_size, max_wait)
+                if items:
+                    async with lock:
+                        await asyncio.to_thread(projector.apply, stream, items)  # type: ignore[arg-type]
+        finally:
+            await local.close()
+
+    async def apply(stream: str, batch: Batch) -> None:
+        if isinstance(batch, Prepared):
+            await asyncio.to_thread(projector.commit, batch)
+        else:
+            await asyncio.to_thread(projector.apply, stream, batch)  # type: ignore[arg-type]
 
     async def one(stream: str) -> None:
         end = ends[stream] if ends is not None else None
         if end is not None and projector.positions[stream] >= end:
             return
         guard = Guard(log_, projector, stream)
-        feed = await projector_feed(log_, stream).open(projector.positions[stream] + 1)
-        held: list[Envelope | BadEvent] = []
+        src = await source(stream, end)
+        held: Batch = None
         try:
             while not (stop and stop.is_set()) and stream not in projector.diverged:
                 if end is not None and projector.positions[stream] >= end:
                     return
-                items, held = held or await feed.batch(batch_size, max_wait, to_seq=end), []
-                if guard.due(feed):  # after a restart: before applying what the new server sent
-                    urgent, found = guard.urgent(feed), await guard.verify(feed)
+                try:
+                    batch, held = held or await src.next(batch_size, max_wait), None
+                except reader.ReaderFailed as exc:
+                    log.warning("%s: reading %s in this process from now on", exc, stream)
+                    use[stream] = False
+                    await src.close()
+                    src = await source(stream, end)
+                    continue
+                if guard.due(src.seen):  # after a restart: before applying what the new server sent
+                    urgent, found = guard.urgent(src.seen), await guard.verify(src.seen)
                     if found is False and urgent:
-                        held = items  # the bus is away: compare before applying anything
+                        held = batch  # the bus is away: compare before applying anything
                         await asyncio.sleep(max_wait)
                         continue
                     if isinstance(found, Divergence):
                         async with lock:
                             await guard.react(found)
-                        await feed.close()  # go on after the checkpoint, dropping what was taken
-                        feed = await projector_feed(log_, stream).open(projector.positions[stream] + 1)
-                        guard.seen = (feed.subscriptions, guard.seen[1])
+                        await src.close()  # go on after the checkpoint, dropping what was taken
+                        src = await source(stream, end)
                         continue
-                if items:
+                if not batch:
+                    continue
+                try:
                     async with lock:  # one writer connection: batches of the two streams take turns
-                        await asyncio.to_thread(projector.apply, stream, items)
-                    if progress:
-                        progress(stream, projector.positions[stream], end or 0)
+                        await apply(stream, batch)
+                except (duckdb.Error, *UNAPPLIABLE) as exc:
+                    if not isinstance(batch, Prepared) or isinstance(exc, MemoryError):
+                        raise
+                    log.warning("batch of %s to seq %d refused (%s): applying it here", stream, batch.last, exc)
+                    await src.close()
+                    await catch_up(stream, batch.last)
+                    src = await source(stream, end)
+                if progress:
+                    progress(stream, projector.positions[stream], end or 0)
         finally:
-            await feed.close()
+            await src.close()
 
     async with asyncio.TaskGroup() as tasks:
         for stream in STREAMS:

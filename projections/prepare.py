@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import collections
 import logging
+import zlib
 
 import msgspec
 import pyarrow as pa
 
 from voltbus.schemas import codec
 from voltbus.schemas.subjects import aggregate_of
-from voltbus.services.eventlog import BadEvent, Envelope
+from voltbus.services.eventlog import BadEvent, Envelope, Passed
 from voltbus.services.lifecycle import RolloutState, decider
 from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 
@@ -86,14 +87,42 @@ def load_states(blobs: list[tuple[str, bytes]]) -> dict[str, RolloutState]:
     return {rid: _state_decoder.decode(blob) for rid, blob in blobs}
 
 
-class Preparer:
-    """Positions and folded rollout states as of the batches prepared so far."""
+Part = tuple[int, int]
+"""(index, count): which share of a stream a preparer prepares; (0, 1): all of it."""
 
-    def __init__(self, positions: dict[str, int], states: dict[str, RolloutState]) -> None:
+
+def rollout_part(rollout_id: str, count: int) -> int:
+    """The share a rollout's events belong to.
+
+    >>> rollout_part("ro-1", 1), rollout_part("ro-1", 2) == rollout_part("ro-1", 2)
+    (0, True)
+    """
+    return zlib.crc32(rollout_id.encode()) % count if count > 1 else 0
+
+
+def span_part(subject: bytes | str, count: int) -> int:
+    """The share a spans-stream message belongs to, by its shard subject (``<ns>.sp.<shard>``).
+
+    >>> span_part(b"vb.sp.5", 2), span_part("vb.sp.6", 2), span_part(b"vb.sp.x", 2)
+    (1, 0, 0)
+    """
+    token = subject.rsplit(b"." if isinstance(subject, bytes) else ".", 1)[-1]
+    return int(token) % count if token.isdigit() and count > 1 else 0
+
+
+class Preparer:
+    """Positions and folded rollout states as of the batches prepared so far.
+
+    A preparer of a share (``part``) of a stream sees every message of it but prepares only its share's:
+    spans by their shard subject (the feed leaves the others undecoded), rollout events by rollout,
+    everything else (and the gaps) in share 0. The shares' tables together are one preparer's."""
+
+    def __init__(self, positions: dict[str, int], states: dict[str, RolloutState], part: Part = (0, 1)) -> None:
         self.positions = dict(positions)
         self.states = states
+        self.part = part
 
-    def prepare(self, stream: str, items: list[Envelope | BadEvent]) -> Prepared | None:
+    def prepare(self, stream: str, items: list[Envelope | BadEvent | Passed]) -> Prepared | None:
         """The batch's tables (None: every item is at or below the stream's position)."""
         batch = self.rows(stream, items)
         if batch is None:
@@ -108,23 +137,27 @@ class Preparer:
             candidates=batch.candidates,
         )
 
-    def rows(self, stream: str, items: list[Envelope | BadEvent]) -> Rows | None:
+    def rows(self, stream: str, items: list[Envelope | BadEvent | Passed]) -> Rows | None:
         """The batch's row dicts; items already prepared are skipped, a hole in the sequence is recorded."""
         items = [i for i in items if i.seq > self.positions[stream]]
         if not items:
             return None
+        index, count = self.part
         rows: dict[str, list[Row]] = collections.defaultdict(list)
         touched: dict[str, int] = {}
         activity: dict[Key, Row] = {}
         cleared: set[Key] = set()
         last, stamp = self.positions[stream], 0.0
         for item in items:
-            if item.seq != last + 1:
+            if item.seq != last + 1 and index == 0:
                 log.error("GAP in %s: after seq %d came %d (messages missing from the log)", stream, last, item.seq)
                 rows["gaps"].append({"stream": stream, "after_seq": last, "next_seq": item.seq})
             last, stamp = item.seq, item.time or stamp
+            if isinstance(item, Passed):
+                continue
             if isinstance(item, BadEvent):
-                rows["quarantine"].append(parked(stream, item))
+                if stream == "spans" or index == 0:  # a spans message reaches only its share's preparer
+                    rows["quarantine"].append(parked(stream, item))
                 continue
             try:
                 if stream == "spans":
@@ -168,12 +201,15 @@ class Preparer:
 
     def _control(self, env: Envelope, rows: dict[str, list[Row]], touched: dict[str, int], cleared: set[Key]) -> None:
         rollout_id = aggregate_of(env.event)
+        index, count = self.part
         if rollout_id is None:
-            if (row := control_row(env)) is not None:
+            if index == 0 and (row := control_row(env)) is not None:
                 rows[row[0]].append(row[1])
             return
+        if count > 1 and rollout_part(rollout_id, count) != index:
+            return
         before = self.states.get(rollout_id, _NONE)
-        if rollout_id not in touched:  # as the last batch left it: the attempts that may have training rows
+        if before.attempts and rollout_id not in touched:  # as the last batch left it: those may have training rows
             cleared.update((rollout_id, a.attempt_id) for a in before.attempts if ended_status(a.status))
         state = decider.evolve(before, env.event)  # type: ignore[arg-type]
         if state.status is not None:

@@ -73,7 +73,7 @@ class Projector:
         self.diverged: dict[str, str] = {}
         """Streams no longer applied, with why: the log no longer holds what was applied (see rewind.py)."""
         self.applied = 0
-        self._preparer: Preparer | None = None
+        self._preparers: dict[str, Preparer] = {}
         prepare_file(self.path)
         self.con = duckdb.connect(str(self.path))
         for block in self.schemas:
@@ -87,20 +87,21 @@ class Projector:
         self.positions = dict.fromkeys(STREAMS, 0)
         for stream, seq, stamp in self.con.execute("SELECT stream, seq, updated_at FROM checkpoints").fetchall():
             self.positions[stream], self.stamps[stream] = seq, stamp
-        self._preparer = None
+        self._preparers.clear()
 
-    @property
-    def preparer(self) -> Preparer:
-        """This process's preparer, at the committed positions and folds (read from the database when a batch
-        prepared elsewhere, or a failed one, left it behind)."""
-        if self._preparer is None:
-            self._preparer = Preparer(self.positions, load_states(self.stored_states()))
-        return self._preparer
+    def preparer(self, stream: str) -> Preparer:
+        """This process's preparer of ``stream``, at the committed position (and, for control, the committed
+        folds: read from the database again after a batch prepared elsewhere, or a failed one)."""
+        preparer = self._preparers.get(stream)
+        if preparer is None:
+            states = load_states(self.stored_states()) if stream == "control" else {}
+            preparer = self._preparers[stream] = Preparer(self.positions, states)
+        return preparer
 
     @property
     def states(self) -> dict[str, RolloutState]:
         """The folded rollout states as committed."""
-        return self.preparer.states
+        return self.preparer("control").states
 
     def stored_states(self) -> list[tuple[str, bytes]]:
         """Every rollout's folded state as the last commit stored it."""
@@ -144,12 +145,12 @@ class Projector:
             self._apply(stream, [_strict(i) for i in items])
 
     def _apply(self, stream: str, items: list[Envelope | BadEvent]) -> None:
-        preparer = self.preparer
+        preparer = self.preparer(stream)
         preparer.positions[stream] = self.positions[stream]
         try:
             prepared = preparer.prepare(stream, items)
         except BaseException:
-            self._preparer = None  # its folds went ahead of the database (Arrow refused a row): take them back
+            self._preparers.pop(stream, None)  # its folds went ahead of the database (Arrow refused a row)
             raise
         if prepared is not None:
             self.commit(prepared, preparer)
@@ -161,8 +162,8 @@ class Projector:
         self._commit(prepared.tables, checkpoint, prepared.cleared, prepared.candidates)
         self.positions[prepared.stream], self.stamps[prepared.stream] = prepared.last, prepared.stamp
         self.applied += prepared.count
-        if preparer is None or preparer is not self._preparer:
-            self._preparer = None
+        if preparer is None or preparer is not self._preparers.get(prepared.stream):
+            self._preparers.pop(prepared.stream, None)
 
     def touched_after(self, seq: int) -> set[tuple[str, str]]:
         """Attempts with a sign of life on the spans stream after ``seq``."""
@@ -177,8 +178,7 @@ class Projector:
         rows = {"rewind_spans": [{"seq": seq}], "activity_rows": activity, "divergence": [divergence]}
         self._commit(tables(rows), ("spans", seq, stamp), sorted(keys), sorted(keys))
         self.positions["spans"], self.stamps["spans"] = seq, stamp
-        if self._preparer is not None:
-            self._preparer.positions["spans"] = seq
+        self._preparers.pop("spans", None)
 
     def diverge(self, divergence: Row) -> None:
         """Record that a stream is no longer applied (the log no longer holds what was applied)."""

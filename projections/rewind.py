@@ -26,7 +26,7 @@ import msgspec
 import nats.errors
 import nats.js.errors
 
-from voltbus.services.eventlog import EventLog, Feed
+from voltbus.services.eventlog import EventLog
 from voltbus.services.eventlog.records import Envelope
 
 from .projector import Projector
@@ -113,17 +113,17 @@ class Guard:
         self.seen: tuple[int, int] = (-1, -1)
         self.next_at = 0.0
 
-    def urgent(self, feed: Feed) -> bool:
-        """Whether the feed re-subscribed or the connection came back since the last check."""
-        return (feed.subscriptions, self.log.nc.stats["reconnects"]) != self.seen
+    def urgent(self, seen: tuple[int, int]) -> bool:
+        """Whether the feed re-subscribed or its connection came back since the last check (``seen``: the
+        feed's subscriptions and its connection's reconnects so far)."""
+        return seen != self.seen
 
-    def due(self, feed: Feed) -> bool:
+    def due(self, seen: tuple[int, int]) -> bool:
         """Whether a check is due now."""
-        return self.urgent(feed) or time.monotonic() >= self.next_at
+        return self.urgent(seen) or time.monotonic() >= self.next_at
 
-    async def verify(self, feed: Feed) -> Divergence | None | bool:
+    async def verify(self, seen: tuple[int, int]) -> Divergence | None | bool:
         """Compare; the divergence found, None when none, False when the bus did not answer."""
-        seen = (feed.subscriptions, self.log.nc.stats["reconnects"])
         position = self.projector.positions[self.stream]
         try:
             found = await check(self.log, self.stream, position, self.projector.stamps[self.stream])

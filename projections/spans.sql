@@ -89,4 +89,4 @@ INSERT INTO attempt_activity BY NAME SELECT * FROM batch
 ON CONFLICT (rollout_id, attempt_id) DO UPDATE SET
     last_seen = greatest(attempt_activity.last_seen, excluded.last_seen),
     events = attempt_activity.events + excluded.events,
-    last_seq = excluded.last_seq;
+    last_seq = greatest(attempt_activity.last_seq, excluded.last_seq);

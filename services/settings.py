@@ -146,6 +146,18 @@ class ProjectorSettings(BaseModel):
     """Most events applied in one transaction."""
     max_wait_s: float = 0.1
     """Longest wait to fill a batch (bounds the lag from publish to visible in SQL)."""
+    span_readers: int = Field(default=1, ge=0, le=16)
+    """Reader processes of the spans stream (``VOLTBUS_PROJECTOR__SPAN_READERS``): they read, decode and
+    prepare a share of it each, so that the projector's process does little but DuckDB's work; 0: all in
+    the projector's process. On two cores one is fastest (BENCHMARKS.md, issue 4)."""
+    control_readers: int = Field(default=0, ge=0, le=16)
+    """Reader processes of the control stream (``VOLTBUS_PROJECTOR__CONTROL_READERS``); 0 (the default):
+    in the projector's process, where on two cores its small rows cost less than handing them over."""
+
+    @property
+    def readers(self) -> dict[str, int]:
+        """Reader processes per stream."""
+        return {"control": self.control_readers, "spans": self.span_readers}
     max_rows: int = 100_000
     """Most rows one SQL query returns over the endpoint (a clear error past it)."""
 

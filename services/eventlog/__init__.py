@@ -9,7 +9,7 @@ from __future__ import annotations
 from .connection import connect
 from .feed import Feed
 from .log import Decider, EventLog, Transacted
-from .records import Appended, BadEvent, Envelope
+from .records import Appended, BadEvent, Envelope, Passed
 from .streams import control_config, ensure_streams, spans_config, topology_of
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "Envelope",
     "EventLog",
     "Feed",
+    "Passed",
     "Transacted",
     "connect",
     "control_config",

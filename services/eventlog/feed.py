@@ -34,7 +34,7 @@ from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError
 
 from .connection import Connection
-from .records import BadEvent, Envelope
+from .records import BadEvent, Envelope, Passed
 from .replay import BUFFER
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,8 @@ INACTIVE_S = 30.0
 
 Raw = tuple[int, int, bytes, bytes]
 """A received message: stream sequence, stored time in nanoseconds, subject, payload."""
+Item = Envelope | BadEvent | Passed
+"""What a feed hands out: a decoded event, an undecodable message, or one left undecoded (``Feed.keep``)."""
 Position = tuple[int, int, int, int]
 """From a delivery's reply subject: stream sequence, delivery sequence, stored time (ns), messages pending."""
 
@@ -82,9 +84,11 @@ def seconds(ns: int) -> float:
     return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).timestamp()
 
 
-def _item(raw: Raw, decode: Callable[[bytes], AnyEvent]) -> Envelope | BadEvent:
+def _item(raw: Raw, decode: Callable[[bytes], AnyEvent], keep: Callable[[bytes], bool] | None) -> Item:
     seq, ns, subject, data = raw
     stored = seconds(ns)
+    if keep is not None and not keep(subject):
+        return Passed(seq=seq, subject=subject.decode(), time=stored)
     try:
         return Envelope(seq=seq, subject=subject.decode(), time=stored, event=decode(data))
     except DecodeError as exc:
@@ -102,6 +106,8 @@ class Feed:
         self.stream = stream
         self.subjects = subjects
         self.decode = decode
+        self.keep: Callable[[bytes], bool] | None = None
+        """Which subjects to decode (None: all); the others are handed out as ``Passed``."""
         self.buffer: collections.deque[Raw] = collections.deque()
         self.arrived = asyncio.Event()
         self.sub: Subscription | None = None
@@ -244,12 +250,12 @@ class Feed:
         """The stream's last sequence right now."""
         return (await self.js.stream_info(self.stream)).state.last_seq
 
-    async def batch(self, max_items: int, max_wait: float, to_seq: int | None = None) -> list[Envelope | BadEvent]:
+    async def batch(self, max_items: int, max_wait: float, to_seq: int | None = None) -> list[Item]:
         """Up to ``max_items`` messages, waiting at most ``max_wait``: for the first, and then for more only
         while the consumer says more are on their way (a backlog makes full batches, a trickle is not held
         back); never goes past ``to_seq``."""
-        items: list[Envelope | BadEvent] = []
-        buffer, decode = self.buffer, self.decode
+        items: list[Item] = []
+        buffer, decode, keep = self.buffer, self.decode, self.keep
         deadline = time.monotonic() + max_wait
         while len(items) < max_items:
             if not buffer:
@@ -266,7 +272,7 @@ class Feed:
             if to_seq is not None and raw[0] > to_seq:
                 buffer.appendleft(raw)
                 break
-            items.append(_item(raw, decode))
+            items.append(_item(raw, decode, keep))
             self.next_seq = raw[0] + 1
             if to_seq is not None and raw[0] >= to_seq:
                 break

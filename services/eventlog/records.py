@@ -35,6 +35,14 @@ class BadEvent(msgspec.Struct, frozen=True, kw_only=True):
     """When the server stored it (seconds since the epoch); 0.0 if unknown."""
 
 
+class Passed(msgspec.Struct, frozen=True, kw_only=True):
+    """A stored message this reader was told to leave to another (not decoded): only its position."""
+
+    seq: int
+    subject: str
+    time: float
+
+
 class Appended(msgspec.Struct, frozen=True, kw_only=True):
     """Outcome of an append that is now in the log."""
 

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from voltbus.projections import reader
 from voltbus.projections.follow import project
 from voltbus.projections.projector import Projector
 from voltbus.schemas.errors import InvalidCommand
@@ -91,6 +92,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
     the SQL endpoint accepts connections."""
     cfg = settings.projector
     check_port(cfg.host, cfg.port, "projector SQL")
+    if any(cfg.readers.values()):
+        await asyncio.to_thread(reader.prestart)  # the readers' forkserver (before threads or connections)
     eventlog = await EventLog.connect(settings.nats, name="voltbus-projector")
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
     projector = Projector(cfg.db)
@@ -124,6 +127,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
                     progress=progress,
                     batch_size=cfg.batch_size,
                     max_wait=cfg.max_wait_s,
+                    readers=cfg.readers,
                 )
             )
             await stop.wait()

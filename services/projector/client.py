@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.csv
 import pyarrow.parquet
 
+from voltbus.projections import reader
 from voltbus.projections.adapter import AdapterSettings
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
@@ -159,6 +160,8 @@ async def rebuild(
     """Build ``db`` from the log, up to a sequence or a time, printing rate and ETA; return the positions.
 
     ``adapter``: the settings of the training tables (default ``AdapterSettings()``)."""
+    if any(settings.projector.readers.values()):
+        await asyncio.to_thread(reader.prestart)  # the readers' forkserver (before threads or connections)
     log_ = await EventLog.connect(settings.nats, name=f"voltbus-{label}")
     projector = Projector(db, adapter)
     try:
@@ -171,7 +174,8 @@ async def rebuild(
             meter.add(projector.applied - meter.done)
 
         say(f"{label}: control 1..{ends['control']} and spans 1..{ends['spans']} into {db}")
-        await project(projector, log_, ends=ends, progress=progress, batch_size=settings.projector.batch_size)
+        cfg = settings.projector
+        await project(projector, log_, ends=ends, progress=progress, batch_size=cfg.batch_size, readers=cfg.readers)
         meter.done = projector.applied
         positions = dict(projector.positions)
         say(meter.summary(f"rebuilt {db}; control seq {positions['control']}, spans seq {positions['spans']}"))

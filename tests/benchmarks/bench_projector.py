@@ -27,6 +27,12 @@ FROM batch``; ``INSERT OR REPLACE`` for rollouts, attempts and states; ModelCall
 arrive as JSON text and the block turns them into lists with ``from_json_strict``), no checkpoint
 row. After the fill the captured rows are frozen out of the garbage collector (``gc.freeze``), so
 neither side's collections scan the bench's own data.
+
+The voltbus side runs as the projector service and ``voltbus replay`` do by default (ProjectorSettings:
+the spans stream read and prepared in one reader process, control in the projector's process;
+``--span-readers`` / ``--control-readers`` change it, 0: in the projector's process). The readers' fork
+server is started before timing, as a running projector has it (its start, ~0.5 s once per process, is
+not counted; each run still starts its own reader processes).
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ from tests.benchmarks.bench_eventlog import (
     write_csv,
 )
 from tests.schemas.samples import SAMPLES
-from voltbus.projections import blocks
+from voltbus.projections import blocks, reader
 from voltbus.projections.follow import ends_at, project, projector_feed
 from voltbus.projections.projector import Projector
 from voltbus.projections.rows import ARROW, Row
@@ -75,7 +81,7 @@ from voltbus.schemas.rollouts import AttemptClaimed
 from voltbus.services.eventlog import BadEvent, Envelope, EventLog
 from voltbus.services.natsserver import NatsServer
 from voltbus.services.projector.client import rebuild
-from voltbus.services.settings import BusSettings, NatsSettings, Settings
+from voltbus.services.settings import BusSettings, NatsSettings, ProjectorSettings, Settings
 
 TURNS = 3
 """Model calls per attempt; each comes with a span, and each attempt ends with a reward (7 events)."""
@@ -96,6 +102,8 @@ class Options:
     reps: int = 3
     time_cap: float = 60.0
     csv: Path | None = CSV_PATH
+    readers: dict[str, int] = field(default_factory=lambda: ProjectorSettings().readers)
+    """Reader processes per stream, as the projector service and ``voltbus replay`` run by default."""
 
 
 # ---------------------------------------------------------------- the workload
@@ -233,7 +241,7 @@ class Capture(Projector):
         self.captured: list[dict[str, list[Row]]] = []
 
     def _apply(self, stream: str, items: list[Envelope | BadEvent]) -> None:
-        batch = self.preparer.rows(stream, items)
+        batch = self.preparer(stream).rows(stream, items)
         if batch is not None:
             self.captured.append({k: v for k, v in batch.rows.items() if v})
             self.positions[stream] = batch.last
@@ -298,7 +306,12 @@ class TimedProjector(Projector):
 
 
 async def vb_project(
-    stored: Stored, files: Files, streams: Sequence[str], batch: int, applies: list[Run] | None = None
+    stored: Stored,
+    files: Files,
+    streams: Sequence[str],
+    batch: int,
+    applies: list[Run] | None = None,
+    readers: dict[str, int] | None = None,
 ) -> Run:
     """project() of ``streams`` up to their ends into a fresh file; the time inside apply goes to ``applies``."""
     path = files.new("project")
@@ -306,7 +319,7 @@ async def vb_project(
     try:
         ends = {s: (stored.ends[s] if s in streams else 0) for s in stored.ends}
         start = time.perf_counter()
-        await project(projector, stored.log, ends=ends, batch_size=batch)
+        await project(projector, stored.log, ends=ends, batch_size=batch, readers=readers or 0)
         seconds = time.perf_counter() - start
         check(projector.con, stored, streams)
         if applies is not None:
@@ -317,11 +330,13 @@ async def vb_project(
         files.drop(path)
 
 
-async def vb_rebuild(stored: Stored, files: Files, batch: int) -> Run:
+async def vb_rebuild(stored: Stored, files: Files, batch: int, readers: dict[str, int] | None = None) -> Run:
     """What ``voltbus replay --db new.duckdb`` runs (less process start-up): rebuild() of both streams."""
     path = files.new("replay")
     settings = Settings(nats=stored.log.settings)
     settings.projector.batch_size = batch
+    settings.projector.control_readers = (readers or {}).get("control", 0)
+    settings.projector.span_readers = (readers or {}).get("spans", 0)
     try:
         start = time.perf_counter()
         positions = await rebuild(settings, path, lambda _: None)
@@ -388,7 +403,7 @@ async def case_ingest(b: Bench, stored: Stored, files: Files, options: Options) 
         applies: list[Run] = []
         vbs, raws = await alternate(
             b,
-            functools.partial(vb_project, stored, files, [stream], options.batch, applies),
+            functools.partial(vb_project, stored, files, [stream], options.batch, applies, options.readers),
             functools.partial(raw_project, stored, files, [stream]),
         )
         figures.append(summarize(f"project_{stream}", vbs, raws, notes[stream]))
@@ -404,7 +419,7 @@ async def case_ingest(b: Bench, stored: Stored, files: Files, options: Options) 
         figures.append(summarize(f"diag_{stream}_apply", applies, raws, "time inside Projector.apply during project()"))
     both = ("control", "spans")
     vbs, raws = await alternate(
-        b, lambda: vb_rebuild(stored, files, options.batch), lambda: raw_project(stored, files, both)
+        b, lambda: vb_rebuild(stored, files, options.batch, options.readers), lambda: raw_project(stored, files, both)
     )
     figures.append(summarize("replay", vbs, raws, "rebuild() = voltbus replay, both streams, vs raw insert of both"))
     return figures
@@ -478,7 +493,15 @@ async def live_lag(b: Bench, files: Files, options: Options, max_wait: float) ->
     )
     try:
         following = asyncio.create_task(
-            project(projector, log, stop=stop, progress=progress, batch_size=options.batch, max_wait=max_wait)
+            project(
+                projector,
+                log,
+                stop=stop,
+                progress=progress,
+                batch_size=options.batch,
+                max_wait=max_wait,
+                readers=options.readers,
+            )
         )
         polling = asyncio.create_task(poll())
         await asyncio.sleep(0.3)  # feeds open
@@ -587,6 +610,8 @@ async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = pr
     try:
         t = time.perf_counter()
         stored = await fill(b, options)
+        if any(options.readers.values()):
+            reader.prestart()  # as a running projector has it: readers start in milliseconds
         gc.collect()
         gc.freeze()  # the captured rows stay out of every later collection: a projector process holds none of them
         echo(f"  fill: {time.perf_counter() - t:.1f}s, stored {stored.ends}, sizes {stored.sizes}")
@@ -623,6 +648,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     p.add_argument("--time-cap", type=float, default=d.time_cap, help="seconds per bus-read run (%(default)s)")
     p.add_argument("--csv", type=Path, default=d.csv, help="ledger to append to (%(default)s)")
     p.add_argument("--no-csv", action="store_true", help="do not append to the ledger")
+    p.add_argument("--span-readers", type=int, default=d.readers["spans"], help="spans reader processes (%(default)s)")
+    p.add_argument("--control-readers", type=int, default=d.readers["control"], help="control readers (%(default)s)")
     a = p.parse_args(argv)
     return Options(
         control=a.control,
@@ -634,6 +661,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         reps=a.reps,
         time_cap=a.time_cap,
         csv=None if a.no_csv else a.csv,
+        readers={"control": a.control_readers, "spans": a.span_readers},
     )
 
 

@@ -68,6 +68,9 @@ class Options:
     csv: Path | None = CSV_PATH
     profile: Path | None = None
     """Run the gateway under cProfile and write its stats here (slows the gateway several times)."""
+    pin: bool = False
+    """Give the gateway and nats-server a core of their own (the last one), the load generator and the stub
+    the others: the gateway as deployed (a service beside the agents), not competing with the load."""
 
 
 @dataclass
@@ -118,6 +121,27 @@ finally:
     profiler.dump_stats(sys.argv[1])
 """
 """The gateway under cProfile: SIGTERM ends it through SystemExit so the stats are written."""
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Bind every thread of a process (present ones; later ones inherit it) to ``cpus``."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(tid), cpus)
+
+
+def pin_all(options: Options, server: NatsServer, stub: int, gateway: int, echo: Callable[[str], None]) -> None:
+    """``Options.pin``: the gateway and nats-server on the last core, this process and the stub on the rest."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not options.pin or len(cpus) < 2:
+        return
+    own, rest = {cpus[-1]}, set(cpus[:-1])
+    assert server.proc is not None
+    for pid in (gateway, server.proc.pid):
+        pin(pid, own)
+    for pid in (stub, os.getpid()):
+        pin(pid, rest)
+    echo(f"pinned: gateway and nats-server on cpu {cpus[-1]}, load generator and stub on cpus {sorted(rest)}")
 
 
 def tail(log: Path) -> str:
@@ -215,7 +239,7 @@ async def case(http: Sequence[httpx.AsyncClient], t: Targets, o: Options, tasks:
     def med(runs: list[Run], q: float) -> float:
         return statistics.median(percentile(r.latencies, q) for r in runs)
 
-    name = f"gw_{'stream_' if stream else ''}c{tasks}"
+    name = f"gw_{'stream_' if stream else ''}c{tasks}{'_pinned' if o.pin else ''}"
     return GwFigure(
         case=name,
         events=int(statistics.median(r.events for r in gws)),
@@ -304,6 +328,7 @@ async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = pr
         await wait_http(f"{engine}/v1/models", stub, stub_log)
         await wait_http(f"{gateway}/healthz", gw, gw_log)
         echo(f"nats-server {server_version()} at {server.url}; stub pid {stub.pid}, gateway pid {gw.pid}")
+        pin_all(options, server, stub.pid, gw.pid, echo)
         t = Targets(
             direct=f"{engine}/v1/chat/completions",
             gateway=f"{gateway}/rollout/{rollout.rollout_id}/attempt/{rollout.attempt.attempt_id}/v1/chat/completions",
@@ -355,6 +380,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Options, int | None]:
     p.add_argument("--csv", type=Path, default=d.csv, help="ledger to append to (%(default)s)")
     p.add_argument("--no-csv", action="store_true", help="do not append to the ledger")
     p.add_argument("--profile", type=Path, help="run the gateway under cProfile, stats to this file")
+    p.add_argument("--pin", action="store_true", help="gateway and nats-server on a core of their own")
     p.add_argument("--serve-stub", type=int, metavar="PORT", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     stream = {"both": [False, True], "plain": [False], "stream": [True]}[a.mode]
@@ -367,6 +393,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Options, int | None]:
         stream=stream,
         csv=None if a.no_csv else a.csv,
         profile=a.profile,
+        pin=a.pin,
     )
     return opts, a.serve_stub
 

@@ -88,6 +88,8 @@ class Projector:
         for stream, seq, stamp in self.con.execute("SELECT stream, seq, updated_at FROM checkpoints").fetchall():
             self.positions[stream], self.stamps[stream] = seq, stamp
         self._preparers.clear()
+        self.ended = training.ended_attempts(self.con, self.blocks)
+        """Attempts no longer in progress as committed: telemetry of others needs no training rows yet."""
 
     def preparer(self, stream: str) -> Preparer:
         """This process's preparer of ``stream``, at the committed position (and, for control, the committed
@@ -159,7 +161,10 @@ class Projector:
         """Write a prepared batch and move its stream's checkpoint, in one transaction. ``preparer``: this
         process's, when it prepared the batch (else the folds are read again when next needed)."""
         checkpoint = (prepared.stream, prepared.last, prepared.stamp)
-        self._commit(prepared.tables, checkpoint, prepared.cleared, prepared.candidates)
+        candidates = prepared.candidates
+        if prepared.stream == "spans":  # telemetry: only that of an ended attempt changes training rows
+            candidates = [k for k in candidates if k in self.ended]
+        self._commit(prepared.tables, checkpoint, prepared.cleared, candidates)
         self.positions[prepared.stream], self.stamps[prepared.stream] = prepared.last, prepared.stamp
         self.applied += prepared.count
         if preparer is None or preparer is not self._preparers.get(prepared.stream):
@@ -202,12 +207,14 @@ class Projector:
                 self.con.register("batch", table)
                 self.con.execute(self.blocks[name].sql)
                 self.con.unregister("batch")
-            training.refresh(self.con, self.blocks, cleared, candidates, self.adapter)
+            ended = training.refresh(self.con, self.blocks, cleared, candidates, self.adapter)
             self.con.commit()
         except BaseException:
             self.con.rollback()
             self._load()  # folds prepared here went ahead of the database: take them back
             raise
+        self.ended.difference_update(cleared)
+        self.ended.update(ended)
 
 
 def _strict(item: Envelope | BadEvent) -> Envelope | BadEvent:

@@ -53,6 +53,8 @@ AHEAD = 2
 """Cuts the projector keeps asked for: the readers prepare the next while it writes one."""
 BATCH_HINT = 2000
 """Messages a reader takes from its feed at a time."""
+POLL_S = 0.005
+"""Longest a reader waits on its feed before it looks at the projector's asks again."""
 LIVE: weakref.WeakSet[Reader] = weakref.WeakSet()
 """Readers started and not yet closed (to see, or stop, their processes)."""
 _HEAD = struct.Struct("<I")
@@ -233,7 +235,7 @@ async def _work(
                 asked.clear()
                 await asked.wait()  # enough held: wait for the projector to ask
                 continue
-            items = await feed.batch(BATCH_HINT, start.max_wait, to_seq=end)
+            items = await feed.batch(BATCH_HINT, POLL_S, to_seq=end)  # short: an ask waits for it
             if items:
                 held.extend(items)
                 tail = items[-1].seq

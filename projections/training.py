@@ -67,22 +67,31 @@ def refresh(
     cleared: Iterable[Key],
     candidates: Iterable[Key],
     settings: AdapterSettings,
-) -> None:
+) -> set[Key]:
     """Replace the training rows of the ``candidates`` that have ended (as the tables say, this transaction's
-    rows included) and take away those of ``cleared``; an attempt in progress has none."""
+    rows included) and take away those of ``cleared``; an attempt in progress has none. Returns the
+    candidates that have ended."""
     keys = sorted(set(candidates))
     done = _ended(con, blocks, keys) if keys else []
-    gone = sorted(set(cleared) | {(d["rollout_id"], d["attempt_id"]) for d in done})
+    ended = {(d["rollout_id"], d["attempt_id"]) for d in done}
+    gone = sorted(set(cleared) | ended)
     if not gone:
-        return
+        return ended
     _run(con, blocks["training_clear"], [{"rollout_id": r, "attempt_id": a} for r, a in gone])
     if not done:
-        return
+        return ended
     inputs = _inputs(con, blocks, done)
     outputs = [adapt(i, settings) for i in inputs]
     _run(con, blocks["triplet_rows"], [_row(t) for o in outputs for t in o.triplets])
     _run(con, blocks["trajectory_rows"], [_row(t) for o in outputs for t in o.trajectories])
     _run(con, blocks["training_attempt_rows"], [_row(o.summary) for o in outputs])
+    return ended
+
+
+def ended_attempts(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block]) -> set[Key]:
+    """Every attempt no longer in progress, as the tables say."""
+    rows = con.execute(blocks["ended_attempts"].sql, {"active": sorted(ACTIVE_ATTEMPT)}).fetchall()
+    return set(rows)
 
 
 def _ended(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], keys: list[Key]) -> list[dict[str, Any]]:

@@ -110,6 +110,10 @@ INNER JOIN rollouts AS r ON r.rollout_id = a.rollout_id
 WHERE NOT list_contains($active, a.status)
 ORDER BY a.rollout_id, a.attempt_id;
 
+-- name: ended_attempts
+-- Every attempt no longer in progress (the projector keeps them in memory: late telemetry of one is retrained).
+SELECT rollout_id, attempt_id FROM attempts WHERE NOT list_contains($active, status);
+
 -- name: training_spans
 -- The stored spans of the attempts in the batch, as the adapter reads them.
 SELECT s.rollout_id, s.attempt_id, s.seq, s.sequence_id, s.span_id, s.parent_id, s.name, s.attributes, s.status_code

@@ -7,6 +7,8 @@ import logging
 from collections.abc import Callable
 
 import duckdb
+import nats.errors
+import nats.js.errors
 
 from voltbus.services.eventlog import BadEvent, Envelope, EventLog, Feed
 
@@ -17,6 +19,17 @@ from .rewind import Divergence, Guard
 
 log = logging.getLogger(__name__)
 
+AWAY = (
+    TimeoutError,
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.NoServersError,
+    nats.errors.StaleConnectionError,
+    nats.js.errors.ServiceUnavailableError,
+)
+"""What opening a feed raises while the bus is away; anything else (a refused permission) is raised."""
 Progress = Callable[[str, int, int], None]
 """Called after each batch with (stream, position, end) where end is 0 when following live."""
 Batch = list[Envelope | BadEvent] | Prepared | None
@@ -111,6 +124,18 @@ async def project(
     lock = asyncio.Lock()
     counts = readers if isinstance(readers, dict) else dict.fromkeys(STREAMS, int(readers))
     use = {s: counts.get(s, 0) > 0 and reader.supported() for s in STREAMS}
+    failed = {s: (0, -1) for s in STREAMS}
+    """Per stream: reader failures in a row without progress between them, and the position at the last."""
+
+    async def local(stream: str, end: int | None) -> Local:
+        while True:
+            try:
+                return await Local(log_, projector, stream, end).open()
+            except AWAY as exc:  # the bus is away (or restarting): wait for it
+                if stop and stop.is_set():
+                    raise
+                log.warning("cannot read %s (%s): trying again", stream, exc)
+                await asyncio.sleep(max(max_wait, 0.25))
 
     async def source(stream: str, end: int | None) -> Source:
         if use[stream]:
@@ -126,19 +151,32 @@ async def project(
             except Exception as exc:
                 log.warning("no reader process for %s (%s): reading it in this process", stream, exc)
                 use[stream] = False
-        return await Local(log_, projector, stream, end).open()
+        return await local(stream, end)
 
     async def catch_up(stream: str, to_seq: int) -> None:
-        """The events up to ``to_seq`` read and applied here (after a reader's batch was refused)."""
-        local = await Local(log_, projector, stream, to_seq).open()
+        """The events up to ``to_seq`` read and applied here (after the readers could not prepare them or the
+        database refused them)."""
+        here = await local(stream, to_seq)
         try:
             while projector.positions[stream] < to_seq:
-                items = await local.next(batch_size, max_wait)
+                items = await here.next(batch_size, max_wait)
                 if items:
                     async with lock:
                         await asyncio.to_thread(projector.apply, stream, items)  # type: ignore[arg-type]
         finally:
-            await local.close()
+            await here.close()
+
+    def failure(stream: str, exc: reader.ReaderFailed) -> None:
+        """Count a reader failure; the third in a row with no progress between leaves the stream to this process."""
+        count, at = failed[stream]
+        position = projector.positions[stream]
+        count = count + 1 if position == at else 1
+        failed[stream] = (count, position)
+        if count >= 3:
+            use[stream] = False
+            log.warning("%s: reading %s in this process from now on", exc, stream)
+        else:
+            log.warning("%s: starting the readers of %s again after seq %d", exc, stream, position)
 
     async def apply(stream: str, batch: Batch) -> None:
         if isinstance(batch, Prepared):
@@ -160,9 +198,11 @@ async def project(
                 try:
                     batch, held = held or await src.next(batch_size, max_wait), None
                 except reader.ReaderFailed as exc:
-                    log.warning("%s: reading %s in this process from now on", exc, stream)
-                    use[stream] = False
                     await src.close()
+                    if exc.cut is not None:  # a row Arrow refused in the reader: the events are applied here
+                        await catch_up(stream, exc.cut)
+                    failure(stream, exc)
+                    guard.seen = (-1, -1)  # the checkpoint is compared with the log before anything new lands
                     src = await source(stream, end)
                     continue
                 if guard.due(src.seen):  # after a restart: before applying what the new server sent

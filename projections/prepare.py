@@ -71,7 +71,8 @@ def arrow(name: str, rows: list[Row]) -> pa.Table:
 
 
 def tables(rows: dict[str, list[Row]]) -> list[tuple[str, pa.Table]]:
-    """Every block's rows as Arrow, in block order; keyed blocks keep the last row per key."""
+    """Every block's rows as Arrow, in the order the blocks first got a row (blocks write different
+    tables, so any order lands the same); keyed blocks keep the last row per key."""
     out = []
     for name, block_rows in rows.items():
         if not block_rows:

@@ -11,9 +11,12 @@ received (``Arrived``). The projector asks every reader of a stream for the same
 the sequence all have received, at most a batch further); each answers with its share's tables for
 exactly that range (``Batch``), and the projector writes the shares in one transaction. It keeps two
 cuts asked for, so the readers prepare the next batch while it writes one. A reader is a child of a
-forkserver that has this module imported (a start takes milliseconds after the first). The projector
+fork server that has this module imported (a start takes milliseconds after the first). The projector
 stays the only writer: readers never open the database. A reader ends when its socket closes (the
-projector stopped or died) or its stream reached ``to_seq``; ``Failed`` says why it could not go on.
+projector stopped or died; one that reached ``to_seq`` hands over what it has and waits for that). It stops
+with ``Failed`` when it cannot go on: a row Arrow refuses (the projector applies that cut itself), or its
+feed re-subscribed or reconnected (the projector compares its checkpoint with the log, then starts new
+readers after it, so that nothing received before a server restart is mixed with what came after).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import collections
 import contextlib
 import logging
 import os
+import select
 import signal
 import socket
 import struct
@@ -51,6 +55,8 @@ HOLD = 4
 """Batches' worth of received messages a reader holds before it waits for the projector to ask."""
 AHEAD = 2
 """Cuts the projector keeps asked for: the readers prepare the next while it writes one."""
+ANSWER_S = 60.0
+"""Longest the projector waits for a reader's share of a cut before it gives up on the reader."""
 BATCH_HINT = 2000
 """Messages a reader takes from its feed at a time."""
 POLL_S = 0.005
@@ -69,7 +75,6 @@ class Start(msgspec.Struct, tag=True, kw_only=True):
     from_seq: int
     to_seq: int | None
     part: Part
-    max_wait: float
     states: int
     """``States`` frames that follow (control: the folds of the share the projector has committed)."""
     log_level: int = logging.WARNING
@@ -112,6 +117,8 @@ class Failed(msgspec.Struct, tag=True, kw_only=True):
     """The reader could not go on."""
 
     reason: str
+    cut: int | None = None
+    """The cut it could not prepare (a row Arrow refused): the projector applies its events itself."""
 
 
 Frame = Start | States | Upto | Arrived | Batch | Failed
@@ -175,7 +182,8 @@ async def _serve(sock: socket.socket) -> None:
         await asyncio.wait([listening, work], return_when=asyncio.FIRST_COMPLETED)
         if work.done():  # the stream reached to_seq, or reading failed
             if not work.cancelled() and (exc := work.exception()) is not None:
-                writer.write(frame(Failed(reason=f"{type(exc).__name__}: {exc}")))
+                cut = exc.cut if isinstance(exc, Unprepared) else None
+                writer.write(frame(Failed(reason=f"{type(exc).__name__}: {exc}", cut=cut)))
             writer.transport.set_write_buffer_limits(high=0)
             await writer.drain()  # every batch handed over
             await listening  # until the projector closes the socket
@@ -220,14 +228,17 @@ async def _work(
     await feed.open(start.from_seq)
     held: collections.deque[Any] = collections.deque()
     tail = start.from_seq - 1
+    began = seen = (feed.subscriptions, log_.nc.stats["reconnects"])
     try:
         while end is None or preparer.positions[stream] < end:
             if asks and asks[0] <= tail:  # a cut that every reader has received: this share's tables
                 cut, items = asks.popleft(), []
                 while held and held[0].seq <= cut:
                     items.append(held.popleft())
-                seen = (feed.subscriptions, log_.nc.stats["reconnects"])
-                batch = await asyncio.to_thread(_batch, preparer, stream, items, cut, seen)
+                try:
+                    batch = await asyncio.to_thread(_batch, preparer, stream, items, cut, seen)
+                except Exception as exc:
+                    raise Unprepared(f"{type(exc).__name__}: {exc}", cut) from exc
                 writer.write(frame(batch))
                 await writer.drain()
                 continue
@@ -236,13 +247,29 @@ async def _work(
                 await asked.wait()  # enough held: wait for the projector to ask
                 continue
             items = await feed.batch(BATCH_HINT, POLL_S, to_seq=end)  # short: an ask waits for it
+            seen = (feed.subscriptions, log_.nc.stats["reconnects"])
+            if seen != began:  # what comes now may come from a restarted server: the projector checks first
+                raise Resubscribed(f"the feed re-subscribed or reconnected ({began} -> {seen})")
             if items:
                 held.extend(items)
                 tail = items[-1].seq
-                writer.write(frame(Arrived(seq=tail, seen=(feed.subscriptions, log_.nc.stats["reconnects"]))))
+                writer.write(frame(Arrived(seq=tail, seen=seen)))
                 await writer.drain()
     finally:
         await feed.close()
+
+
+class Unprepared(Exception):
+    """A cut the reader could not prepare (Arrow refused a row)."""
+
+    def __init__(self, reason: str, cut: int) -> None:
+        super().__init__(reason)
+        self.cut = cut
+
+
+class Resubscribed(Exception):
+    """The reader's feed re-subscribed or its connection came back: it stops before handing over anything
+    received since, so that the projector can compare its checkpoint with the log first."""
 
 
 def _batch(preparer: Preparer, stream: str, items: list[Any], cut: int, seen: tuple[int, int]) -> Batch:
@@ -266,9 +293,10 @@ def _batch(preparer: Preparer, stream: str, items: list[Any], cut: int, seen: tu
 
 class Forks:
     """A fork server: a process of its own with this module imported (started once, ~0.5 s), that forks
-    a reader for each socket it is handed, so that starting one takes milliseconds. It runs no thread and
-    no event loop when it forks (forking is safe there, unlike in the projector's process); it ends when
-    the projector's end of its control socket closes, and its readers when their sockets do."""
+    a reader for each socket it is handed, so that starting one takes milliseconds. It runs one thread and
+    no event loop when it forks (forking is safe there, unlike in the projector's process: see
+    ``SINGLE_THREADED``); it ends when the projector's end of its control socket closes, and its readers
+    when their sockets do."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -281,7 +309,8 @@ class Forks:
                 return
             ours, theirs = socket.socketpair()
             command = [sys.executable, "-c", f"from {__name__} import serve_forks; serve_forks({theirs.fileno()})"]
-            self.process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+            env = os.environ | SINGLE_THREADED
+            self.process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
             theirs.close()
             self.control = ours
 
@@ -312,6 +341,9 @@ class Forks:
         return pid
 
 
+SINGLE_THREADED = {"JE_ARROW_MALLOC_CONF": "background_thread:false", "OPENBLAS_NUM_THREADS": "1"}
+"""Keeps the fork server at one thread: pyarrow's jemalloc and numpy's OpenBLAS would each start one at
+import (fork copies only the calling thread)."""
 _forks = Forks()
 atexit.register(_forks.stop)
 
@@ -349,7 +381,13 @@ def supported() -> bool:
 
 
 class ReaderFailed(Exception):
-    """A reader process failed or went away; the projector goes on reading that stream itself."""
+    """A reader process failed, went away or stopped (``Resubscribed``): the projector starts the readers of
+    the stream again from its checkpoint, or reads the stream itself."""
+
+    def __init__(self, reason: str, cut: int | None = None) -> None:
+        super().__init__(reason)
+        self.cut = cut
+        """A cut the reader could not prepare: the projector applies its events itself."""
 
 
 class Reader:
@@ -358,6 +396,11 @@ class Reader:
 
     def __init__(self, stream: str, part: Part, pid: int, sock: socket.socket) -> None:
         self.stream, self.part, self.pid, self.sock = stream, part, pid, sock
+        self.pidfd: int | None = None
+        """The reader's process as a descriptor (Linux): waited on and killed without mistaking another
+        process that got its pid (the fork server lets the system reap its readers)."""
+        with contextlib.suppress(AttributeError, OSError):
+            self.pidfd = os.pidfd_open(pid)
         self.tail = 0
         """How far the reader has received."""
         self.seen = (0, 0)
@@ -388,7 +431,6 @@ class Reader:
             from_seq=from_seq,
             to_seq=to_seq,
             part=part,
-            max_wait=max_wait,
             states=len(chunks),
             log_level=logging.getLogger("voltbus").getEffectiveLevel(),
         )
@@ -448,7 +490,8 @@ class Reader:
                 self.seen = message.seen
                 self.batches.put_nowait(message)
             case Failed():
-                self._fail(ReaderFailed(f"the reader process of {self.stream} failed: {message.reason}"))
+                reason = f"the reader process of {self.stream} stopped: {message.reason}"
+                self._fail(ReaderFailed(reason, message.cut))
             case _:
                 self._fail(ReaderFailed(f"the reader process of {self.stream} sent {type(message).__name__}"))
 
@@ -459,16 +502,22 @@ class Reader:
             self.arrived.set()
 
     async def close(self) -> None:
-        """Stop the reader (closing its socket ends it: it has the socket's other end only)."""
+        """Stop the reader: closing its socket ends it (it waits on nothing else); one that has not ended
+        within ``ANSWER_S`` / 12 is killed."""
         LIVE.discard(self)
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         if self._thread.is_alive():
-            await asyncio.to_thread(self._thread.join, 5.0)  # the reader closed its end: it is on its way out
-        if self._thread.is_alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
+            await asyncio.to_thread(self._thread.join, 5.0)
         self.sock.close()
+        if self.pidfd is not None:
+            ended = await asyncio.to_thread(select.select, [self.pidfd], [], [], ANSWER_S / 12)
+            if not ended[0]:
+                log.warning("the reader process of %s (pid %d) did not end: killed", self.stream, self.pid)
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            os.close(self.pidfd)
+            self.pidfd = None
 
 
 class Readers:
@@ -535,8 +584,13 @@ class Readers:
             self._ask()
             if not self.asked:
                 return None
-        shares = [await r.batch() for r in self.readers]
-        cut = self.asked.popleft()
+        cut = self.asked[0]
+        try:
+            shares = [await asyncio.wait_for(r.batch(), ANSWER_S) for r in self.readers]
+        except TimeoutError:
+            stream = self.readers[0].stream
+            raise ReaderFailed(f"a reader of {stream} did not answer cut {cut} in {ANSWER_S:.0f} s") from None
+        self.asked.popleft()
         self._ask(full=True)  # a backlog: the next batch is prepared while this one is written
         return merge(shares, cut)
 
@@ -548,13 +602,14 @@ class Readers:
 def merge(shares: list[Batch], cut: int) -> Prepared:
     """One prepared batch from every share of it (each share's rows written by their own statements)."""
     first = shares[0]
-    if any(s.last != cut for s in shares):
-        raise ReaderFailed(f"the readers of {first.stream} answered cut {cut} with {[s.last for s in shares]}")
+    if any((s.last, s.stamp, s.count) != (cut, first.stamp, first.count) for s in shares):
+        answers = [(s.last, s.stamp, s.count) for s in shares]
+        raise ReaderFailed(f"the readers of {first.stream} answered cut {cut} alike not: {answers}")
     return Prepared(
         stream=first.stream,
         last=cut,
-        stamp=max(s.stamp for s in shares),
-        count=max(s.count for s in shares),
+        stamp=first.stamp,
+        count=first.count,
         tables=[(name, from_ipc(data)) for s in shares for name, data in s.tables],
         cleared=[k for s in shares for k in s.cleared],
         candidates=[k for s in shares for k in s.candidates],

@@ -153,13 +153,13 @@ class ProjectorSettings(BaseModel):
     control_readers: int = Field(default=0, ge=0, le=16)
     """Reader processes of the control stream (``VOLTBUS_PROJECTOR__CONTROL_READERS``); 0 (the default):
     in the projector's process, where on two cores its small rows cost less than handing them over."""
+    max_rows: int = 100_000
+    """Most rows one SQL query returns over the endpoint (a clear error past it)."""
 
     @property
     def readers(self) -> dict[str, int]:
         """Reader processes per stream."""
         return {"control": self.control_readers, "spans": self.span_readers}
-    max_rows: int = 100_000
-    """Most rows one SQL query returns over the endpoint (a clear error past it)."""
 
 
 class DashboardSettings(BaseModel):

@@ -23,10 +23,11 @@ Sink = Callable[[bytes, bytes, bytes], None]
 class Connection(Client):
     """A nats-py client whose subscriptions can hand messages straight to a sink.
 
-    A message with a payload on a subscription that has a sink skips nats-py's per-message work (header
-    parsing, a ``Msg``, the subscription's queue and task): about three quarters of what reading a stored
-    event cost a projector (BENCHMARKS.md, issue 4). Messages without a payload (JetStream's flow control
-    and heartbeats, which are only headers) take nats-py's usual path to the subscription's callback.
+    A stored message delivered by JetStream (reply subject ``$JS.ACK...``) on a subscription that has a
+    sink skips nats-py's per-message work (header parsing, a ``Msg``, the subscription's queue and task):
+    about three quarters of what reading a stored event cost a projector (BENCHMARKS.md, issue 4). It goes
+    to the sink in delivery order, payload or not. Anything else (JetStream's flow control and heartbeats,
+    which are only headers) takes nats-py's usual path to the subscription's callback.
     """
 
     def __init__(self) -> None:
@@ -36,7 +37,7 @@ class Connection(Client):
 
     async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         sink = self.sinks.get(sid)
-        if sink is None or not data:
+        if sink is None or not reply.startswith(b"$JS.ACK."):
             await super()._process_msg(sid, subject, reply, data, headers)
             return
         self.stats["in_msgs"] += 1

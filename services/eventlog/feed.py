@@ -44,7 +44,10 @@ STALL_S = 1.0
 HEARTBEAT_S = 5.0
 """The consumer's idle heartbeat (nats-py's for ordered consumers)."""
 INACTIVE_S = 30.0
-"""A consumer whose feed went away (closed, re-subscribed or dead) is removed by the server after this."""
+"""A consumer whose feed went away (closed, re-subscribed or dead) is removed by the server after this
+(a reader role may not delete consumers)."""
+RENEW_S = 0.2
+"""Least time between two replacements of a feed's consumer."""
 
 Raw = tuple[int, int, bytes, bytes]
 """A received message: stream sequence, stored time in nanoseconds, subject, payload."""
@@ -111,7 +114,6 @@ class Feed:
         self.buffer: collections.deque[Raw] = collections.deque()
         self.arrived = asyncio.Event()
         self.sub: Subscription | None = None
-        self.consumer: str | None = None
         self.next_seq = 1
         """The sequence the feed hands out next (anything below it is a redelivery and is dropped)."""
         self.tail = 1
@@ -120,10 +122,14 @@ class Feed:
         """The consumer's next delivery sequence."""
         self.pending = 0
         """Messages the consumer had yet to deliver when it sent the last one received."""
-        self.held_reply: str | None = None
-        """A flow-control request answered once the buffer has room."""
+        self.held: list[str] = []
+        """Flow-control and stall replies held back while the buffer is full (the server waits for them)."""
         self.resetting = False
-        """True while the consumer is replaced: deliveries of the old one are ignored."""
+        """True from a gap until the old consumer is dropped: its deliveries are ignored."""
+        self.renewing = False
+        """True while the consumer is replaced (one replacement at a time)."""
+        self.renewed = 0.0
+        """When the consumer was last replaced (replacements are at least ``RENEW_S`` apart)."""
         self.task: asyncio.Task[None] | None = None
         """A replacement started from a delivery (a gap or a heartbeat)."""
         self.idle_since = time.monotonic()
@@ -156,7 +162,7 @@ class Feed:
             inactive_threshold=INACTIVE_S,
         )
         try:
-            self.consumer = (await self.js.add_consumer(self.stream, config=config)).name
+            await self.js.add_consumer(self.stream, config=config)
         except BaseException:
             await self._drop(sub)
             raise
@@ -171,12 +177,12 @@ class Feed:
         if isinstance(self.nc, Connection):
             self.nc.sinks.pop(sub._id, None)
         if self.sub is sub:
-            self.sub, self.consumer = None, None
+            self.sub = None
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
 
     def _received(self, subject: bytes, reply: bytes, data: bytes) -> None:
-        """A message with a payload, in delivery order (called by the connection's parser)."""
+        """A stored message, in delivery order (called by the connection's parser)."""
         if self.resetting:
             return  # the consumer is being replaced: the new one starts after the last message received
         pos = position(reply)
@@ -194,54 +200,64 @@ class Feed:
             self.arrived.set()
 
     async def _control(self, msg: Msg) -> None:
-        """A message nats-py handed over: flow control and heartbeats (header only), or a payload-less
-        stored message (or every message, on a connection without sinks)."""
+        """A message nats-py handed over: flow control and heartbeats (header only), or any message on a
+        connection without sinks."""
         if self.sub is None or msg.sid != self.sub._id:
             return  # a subscription already replaced
         headers = msg.headers or {}
-        status = headers.get(Header.STATUS)
-        if msg.data or status != "100":
+        if headers.get(Header.STATUS) != "100":
             self._received(msg.subject.encode(), msg.reply.encode(), msg.data)
             return
         description = headers.get(Header.DESCRIPTION, "")
         if description.startswith("Flow") and msg.reply:
-            if len(self.buffer) < BUFFER:
-                await self.nc.publish(msg.reply)
-            else:
-                self.held_reply = msg.reply
+            await self._answer(msg.reply)
         elif description.startswith("Idle"):
             if stalled := headers.get(Header.CONSUMER_STALLED):
-                await self.nc.publish(stalled)
+                await self._answer(stalled)
             last = headers.get(Header.LAST_CONSUMER)
             if last is not None and last.isdigit() and int(last) >= self.expect:
                 self._reset(f"the server delivered up to {last}, the feed received up to {self.expect - 1}")
 
+    async def _answer(self, reply: str) -> None:
+        """Let the server send on (a flow-control or stall reply), unless the buffer is full: then the reply
+        waits until a batch makes room, and delivery pauses."""
+        if len(self.buffer) < BUFFER:
+            with contextlib.suppress(nats.errors.Error):
+                await self.nc.publish(reply)
+        else:
+            self.held.append(reply)
+
     def _reset(self, why: str) -> None:
-        if not self.resetting:
+        if not self.resetting and not self.renewing:
             log.warning("feed of %s before seq %d: %s; re-subscribing", self.stream, self.tail, why)
             self.resetting = True
             self.task = asyncio.get_running_loop().create_task(self._resubscribe())
 
     async def _resubscribe(self) -> None:
         """A new consumer (on a new inbox) from the first message not yet received."""
-        self.resetting = True
+        if self.renewing:
+            return
+        self.renewing = self.resetting = True
         try:
             await self._drop(self.sub)
+            self.resetting = False  # the new consumer's deliveries count from here
+            await asyncio.sleep(max(0.0, self.renewed + RENEW_S - time.monotonic()))
+            with contextlib.suppress(TimeoutError, nats.errors.Error):
+                await self._subscribe()
         finally:
-            self.resetting = False
-        with contextlib.suppress(TimeoutError, nats.errors.Error):
-            await self._subscribe()
+            self.renewing = self.resetting = False
+            self.renewed = time.monotonic()
 
     async def _unstall(self) -> None:
         """Re-subscribe if the stream holds messages past the feed and none arrived for ``STALL_S``."""
-        if time.monotonic() - self.idle_since < STALL_S or self.resetting:
+        if time.monotonic() - self.idle_since < STALL_S or self.renewing:
             return
         self.idle_since = time.monotonic()
         try:
             last = await self.last_seq()
         except (TimeoutError, nats.errors.Error):
             return  # the bus is away; ask again later
-        if last < self.tail or self.buffer or self.resetting:
+        if last < self.tail or self.buffer or self.renewing:
             return
         log.warning("feed of %s stalled before seq %d (stream at %d): re-subscribing", self.stream, self.tail, last)
         await self._resubscribe()
@@ -276,10 +292,9 @@ class Feed:
             self.next_seq = raw[0] + 1
             if to_seq is not None and raw[0] >= to_seq:
                 break
-        if self.held_reply is not None and len(buffer) < BUFFER:
-            reply, self.held_reply = self.held_reply, None
+        while self.held and len(buffer) < BUFFER:
             with contextlib.suppress(nats.errors.Error):
-                await self.nc.publish(reply)
+                await self.nc.publish(self.held.pop(0))
         if items:
             self.idle_since = time.monotonic()
         else:

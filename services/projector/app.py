@@ -93,7 +93,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
     cfg = settings.projector
     check_port(cfg.host, cfg.port, "projector SQL")
     if any(cfg.readers.values()):
-        await asyncio.to_thread(reader.prestart)  # the readers' forkserver (before threads or connections)
+        await asyncio.to_thread(reader.prestart)  # the readers' fork server, started once
     eventlog = await EventLog.connect(settings.nats, name="voltbus-projector")
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
     projector = Projector(cfg.db)

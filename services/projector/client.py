@@ -161,7 +161,7 @@ async def rebuild(
 
     ``adapter``: the settings of the training tables (default ``AdapterSettings()``)."""
     if any(settings.projector.readers.values()):
-        await asyncio.to_thread(reader.prestart)  # the readers' forkserver (before threads or connections)
+        await asyncio.to_thread(reader.prestart)  # the readers' fork server, started once
     log_ = await EventLog.connect(settings.nats, name=f"voltbus-{label}")
     projector = Projector(db, adapter)
     try:

@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import msgspec
+import pyarrow as pa
 
 from voltbus.projections import training
 from voltbus.projections.adapter import AttemptInput
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
-from voltbus.projections.rows import Row
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.spans import ModelCalled, SpanRecorded
 from voltbus.services.settings import NatsSettings
@@ -28,8 +28,10 @@ REQUEST = msgspec.json.encode({"model": "tiny", "messages": [{"role": "user", "c
 class NoTraining(Projector):
     """The projector with the training tables left empty (the baseline)."""
 
-    def _commit(self, rows: dict[str, list[Row]], checkpoint: tuple[str, int, float], attempts: object) -> None:
-        super()._commit(rows, checkpoint, [])
+    def _commit(
+        self, blocks_: list[tuple[str, pa.Table]], checkpoint: tuple[str, int, float], *_: object
+    ) -> None:
+        super()._commit(blocks_, checkpoint, [], [])
 
 
 def _span(rid: str, aid: str, n: int, name: str, parent: str | None, attrs: dict[str, object]) -> SpanRecorded:
@@ -99,7 +101,8 @@ async def stored_inputs(settings: NatsSettings, path: Path, batch: int) -> list[
     try:
         await project(projector, store.log, ends=await ends_at(store.log), batch_size=batch)
         keys = projector.con.execute("SELECT rollout_id, attempt_id FROM training_attempts").fetchall()
-        return training._inputs(projector.con, projector.blocks, [tuple(k) for k in keys], projector.states)
+        done = training._ended(projector.con, projector.blocks, sorted(tuple(k) for k in keys))
+        return training._inputs(projector.con, projector.blocks, done)
     finally:
         projector.close()
         await store.close()

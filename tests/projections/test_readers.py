@@ -1,6 +1,7 @@
 """Reader processes (projections/reader.py) on a real bus and real DuckDB files: the tables they build equal
-the ones this process builds; a refused batch, a reader that dies or one that cannot start leave the stream
-to this process, with nothing lost or doubled."""
+the ones this process builds; a refused batch is applied here, a reader that dies is replaced, one that
+cannot start leaves the stream to this process, and a nats-server restart is survived, with nothing lost or
+doubled."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from voltbus.projections import reader
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
 from voltbus.services.eventlog import EventLog
-from voltbus.store import Store
+from voltbus.services.settings import NatsSettings
+from voltbus.store import Store, connect
 
+from ..conftest import start_server
 from . import training_workload
 from .conftest import dump
 from .test_lean import EVENTS, call_with
@@ -83,7 +88,7 @@ async def test_a_batch_from_a_reader_that_the_database_refuses_is_applied_here(s
     assert readers == await build(store.log, tmp_path / "here.duckdb", readers=0, batch_size=3)
 
 
-async def test_a_killed_reader_leaves_its_stream_to_the_projector(store: Store, tmp_path: Path) -> None:
+async def test_a_killed_reader_is_replaced_and_nothing_is_lost(store: Store, tmp_path: Path) -> None:
     await write(store, 10)
     live = Projector(tmp_path / "live.duckdb")
     stop, advanced = asyncio.Event(), asyncio.Event()
@@ -101,10 +106,12 @@ async def test_a_killed_reader_leaves_its_stream_to_the_projector(store: Store, 
         await reach(await ends_at(store.log))
         shares = sorted((r.stream, r.part) for r in reader.LIVE)
         assert shares == [("control", (0, 2)), ("control", (1, 2)), ("spans", (0, 2)), ("spans", (1, 2))]
-        os.kill(next(r.pid for r in reader.LIVE if r.part == (1, 2) and r.stream == "spans"), signal.SIGKILL)
+        killed = next(r.pid for r in reader.LIVE if r.part == (1, 2) and r.stream == "spans")
+        os.kill(killed, signal.SIGKILL)
         await write(store, 10, tag="late")  # more of both streams after a spans reader died
         await reach(await ends_at(store.log))
-        assert sorted(r.stream for r in reader.LIVE) == ["control", "control"]  # spans read here since
+        assert sorted((r.stream, r.part) for r in reader.LIVE) == shares  # the spans readers started again
+        assert killed not in {r.pid for r in reader.LIVE}
         stop.set()
         await following
         tables = dump(live.con)
@@ -121,3 +128,42 @@ async def test_a_reader_that_cannot_reach_the_bus_leaves_the_stream_here(store: 
     assert await build(misled, tmp_path / "misled.duckdb", readers=2) == await build(
         store.log, tmp_path / "here.duckdb", readers=0
     )
+
+
+@pytest.mark.timeout(120)
+async def test_readers_survive_a_server_restart(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "nats")
+    settings = NatsSettings(url=server.url, namespace="rr", request_timeout_s=2.0, connect_timeout_s=1.0)
+    store = await connect(settings=settings)
+    live = Projector(tmp_path / "live.duckdb")
+    stop, advanced = asyncio.Event(), asyncio.Event()
+
+    async def reach() -> None:
+        ends = await ends_at(store.log)
+        async with asyncio.timeout(40):
+            while live.positions != ends:
+                await advanced.wait()
+                advanced.clear()
+
+    try:
+        following = asyncio.create_task(
+            project(live, store.log, stop=stop, max_wait=0.01, readers=1, progress=lambda *_: advanced.set())
+        )
+        await write(store, 10)
+        await reach()
+        before = {r.pid for r in reader.LIVE}
+        server.kill()  # kill -9: the spans stream may lose what it had not yet written
+        server.start()
+        await write(store, 10, tag="after")  # the clients reconnect; new events past the restart
+        await reach()
+        assert {r.pid for r in reader.LIVE}.isdisjoint(before)  # the readers stopped at the restart, started anew
+        stop.set()
+        await following
+        tables = dump(live.con)
+    finally:
+        live.close()
+    try:
+        assert tables == await build(store.log, tmp_path / "rebuilt.duckdb", readers=0)
+    finally:
+        await store.close()
+        server.stop()

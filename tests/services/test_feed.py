@@ -1,0 +1,72 @@
+"""The projector's feed on a real nats-server: every stored message once and in order, whatever its payload;
+a gap in deliveries re-subscribes after the last message received; a full buffer pauses the server."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from voltbus.services.eventlog import BadEvent, Envelope, EventLog, feed
+
+from ..conftest import wait_for
+from .test_eventlog import queued
+
+
+async def take(f: feed.Feed, count: int, timeout: float = 10.0) -> list[Envelope | BadEvent]:
+    """Items from ``f`` until ``count`` are taken, or fail at the deadline."""
+    items: list[Envelope | BadEvent] = []
+    deadline = time.monotonic() + timeout
+    while len(items) < count:
+        assert time.monotonic() < deadline, f"the feed delivered {[i.seq for i in items]} and then nothing"
+        items += await f.batch(100, 0.1)  # type: ignore[arg-type]
+    return items
+
+
+async def test_a_message_without_payload_is_handed_out_in_its_place(eventlog: EventLog) -> None:
+    await eventlog.append([queued("first")], expected_seq=0)
+    await eventlog.js.publish(eventlog.topology.rollout_events("ro-empty"), b"")  # poison: no payload at all
+    await eventlog.append([queued("third")], expected_seq=0)
+    f = await eventlog.feed("control").open(1)
+    try:
+        items = await take(f, 3)
+        assert [i.seq for i in items] == [1, 2, 3] and isinstance(items[1], BadEvent)
+        assert isinstance(items[0], Envelope) and isinstance(items[2], Envelope)
+        assert f.subscriptions == 1  # delivered in order the first time: no re-subscription
+        assert await f.batch(100, 0.2) == []
+    finally:
+        await f.close()
+
+
+async def test_a_gap_in_deliveries_resubscribes_after_the_last_message_received(eventlog: EventLog) -> None:
+    for i in range(3):
+        await eventlog.append([queued(f"r{i}")], expected_seq=0)
+    f = await eventlog.feed("control").open(1)
+    try:
+        first = await take(f, 3)
+        f.expect += 1  # as if a delivery had been lost on the way: the next one does not fit
+        for i in range(3, 6):
+            await eventlog.append([queued(f"r{i}")], expected_seq=0)
+        rest = await take(f, 3)
+        assert [i.seq for i in first + rest] == [1, 2, 3, 4, 5, 6]  # nothing lost, nothing twice
+        assert f.subscriptions == 2
+    finally:
+        await f.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_full_buffer_pauses_the_server(eventlog: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(feed, "BUFFER", 50)
+    monkeypatch.setattr(feed, "HEARTBEAT_S", 0.3)  # the server asks again (stalled) at every heartbeat
+    await eventlog.append_many([queued(f"r{i}", size=8000) for i in range(3000)], expected_seq=0)  # 24 MB
+    f = await eventlog.feed("control").open(1)  # and nothing takes from it for a while
+    try:
+        # replies held back: the first window's flow control, then a stall reply at each heartbeat
+        await wait_for(lambda: len(f.held) >= 4, timeout=20, what="flow-control replies held back")
+        filled = len(f.buffer)
+        await wait_for(lambda: len(f.held) >= 8, timeout=20, what="more heartbeats")
+        assert len(f.buffer) == filled < 3000  # later heartbeats let nothing more in
+        items = await take(f, 3000, timeout=30)  # taking makes room and lets the server go on
+        assert [i.seq for i in items] == list(range(1, 3001))
+    finally:
+        await f.close()

@@ -22,7 +22,7 @@ from voltbus.services.lifecycle import RolloutState, decider
 from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 
 from . import lean
-from .rows import ARROW, Row, activity_key, control_row, rollout_rows, telemetry_row
+from .rows import ARROW, Row, activity_key, control_row, count_activity, rollout_rows, telemetry_row
 
 log = logging.getLogger(__name__)
 
@@ -191,14 +191,7 @@ class Preparer:
         if (row := telemetry_row(env)) is not None:
             rows[row[0]].append(row[1])
         if (key := activity_key(env)) is not None:
-            seen = activity.get(key)
-            activity[key] = {
-                "rollout_id": key[0],
-                "attempt_id": key[1],
-                "last_seen": max(seen["last_seen"], env.time) if seen else env.time,
-                "events": seen["events"] + 1 if seen else 1,
-                "last_seq": env.seq,
-            }
+            count_activity(activity, key, env)
 
     def _control(self, env: Envelope, rows: dict[str, list[Row]], touched: dict[str, int], cleared: set[Key]) -> None:
         rollout_id = aggregate_of(env.event)

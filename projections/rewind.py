@@ -30,7 +30,7 @@ from voltbus.services.eventlog import EventLog
 from voltbus.services.eventlog.records import Envelope
 
 from .projector import Projector
-from .rows import Row, activity_key
+from .rows import Row, activity_key, count_activity
 
 log = logging.getLogger(__name__)
 
@@ -79,16 +79,8 @@ async def recount(log_: EventLog, keys: set[tuple[str, str]], to_seq: int) -> li
     if not keys or to_seq == 0:
         return []
     async for item in log_.replay("spans", to_seq=to_seq):
-        if not isinstance(item, Envelope) or (key := activity_key(item)) not in keys:
-            continue
-        seen = rows.get(key)
-        rows[key] = {
-            "rollout_id": key[0],
-            "attempt_id": key[1],
-            "last_seen": max(seen["last_seen"], item.time) if seen else item.time,
-            "events": seen["events"] + 1 if seen else 1,
-            "last_seq": item.seq,
-        }
+        if isinstance(item, Envelope) and (key := activity_key(item)) in keys:
+            count_activity(rows, key, item)  # type: ignore[arg-type]
     return list(rows.values())
 
 

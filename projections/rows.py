@@ -183,6 +183,18 @@ def activity_key(env: Envelope) -> tuple[str, str] | None:
     return None
 
 
+def count_activity(activity: dict[tuple[str, str], Row], key: tuple[str, str], env: Envelope) -> None:
+    """Add a sign of life of attempt ``key`` (the event ``env``) to its ``attempt_activity`` row in ``activity``."""
+    seen = activity.get(key)
+    activity[key] = {
+        "rollout_id": key[0],
+        "attempt_id": key[1],
+        "last_seen": max(seen["last_seen"], env.time) if seen else env.time,
+        "events": seen["events"] + 1 if seen else 1,
+        "last_seq": env.seq,
+    }
+
+
 def control_row(env: Envelope) -> tuple[str, Row] | None:
     """The row a non-rollout control event adds or replaces, under its block name."""
     e, seq = env.event, env.seq

@@ -37,6 +37,14 @@ async def build(log_: EventLog, path: Path, readers: int, batch_size: int = 50) 
         projector.close()
 
 
+async def reach(projector: Projector, advanced: asyncio.Event, ends: dict[str, int], timeout: float = 30) -> None:
+    """Wait on the projector's progress (``advanced``, set by its callback) until it reached ``ends``."""
+    async with asyncio.timeout(timeout):
+        while projector.positions != ends:
+            await advanced.wait()
+            advanced.clear()
+
+
 async def follow_until(projector: Projector, log_: EventLog, ends: dict[str, int], **kwargs: object) -> None:
     """A live ``project`` (with readers) until the projector reached ``ends``."""
     stop, advanced = asyncio.Event(), asyncio.Event()
@@ -44,10 +52,7 @@ async def follow_until(projector: Projector, log_: EventLog, ends: dict[str, int
         project(projector, log_, stop=stop, max_wait=0.01, readers=2, progress=lambda *_: advanced.set(), **kwargs)
     )
     try:
-        async with asyncio.timeout(30):
-            while projector.positions != ends:
-                await advanced.wait()
-                advanced.clear()
+        await reach(projector, advanced, ends)
     finally:
         stop.set()
         await following
@@ -92,24 +97,17 @@ async def test_a_killed_reader_is_replaced_and_nothing_is_lost(store: Store, tmp
     await write(store, 10)
     live = Projector(tmp_path / "live.duckdb")
     stop, advanced = asyncio.Event(), asyncio.Event()
-
-    async def reach(ends: dict[str, int]) -> None:
-        async with asyncio.timeout(20):
-            while live.positions != ends:
-                await advanced.wait()
-                advanced.clear()
-
     try:
         following = asyncio.create_task(
             project(live, store.log, stop=stop, max_wait=0.01, readers=2, progress=lambda *_: advanced.set())
         )
-        await reach(await ends_at(store.log))
+        await reach(live, advanced, await ends_at(store.log))
         shares = sorted((r.stream, r.part) for r in reader.LIVE)
         assert shares == [("control", (0, 2)), ("control", (1, 2)), ("spans", (0, 2)), ("spans", (1, 2))]
         killed = next(r.pid for r in reader.LIVE if r.part == (1, 2) and r.stream == "spans")
         os.kill(killed, signal.SIGKILL)
         await write(store, 10, tag="late")  # more of both streams after a spans reader died
-        await reach(await ends_at(store.log))
+        await reach(live, advanced, await ends_at(store.log))
         assert sorted((r.stream, r.part) for r in reader.LIVE) == shares  # the spans readers started again
         assert killed not in {r.pid for r in reader.LIVE}
         stop.set()
@@ -137,25 +135,17 @@ async def test_readers_survive_a_server_restart(tmp_path: Path) -> None:
     store = await connect(settings=settings)
     live = Projector(tmp_path / "live.duckdb")
     stop, advanced = asyncio.Event(), asyncio.Event()
-
-    async def reach() -> None:
-        ends = await ends_at(store.log)
-        async with asyncio.timeout(40):
-            while live.positions != ends:
-                await advanced.wait()
-                advanced.clear()
-
     try:
         following = asyncio.create_task(
             project(live, store.log, stop=stop, max_wait=0.01, readers=1, progress=lambda *_: advanced.set())
         )
         await write(store, 10)
-        await reach()
+        await reach(live, advanced, await ends_at(store.log), timeout=40)
         before = {r.pid for r in reader.LIVE}
         server.kill()  # kill -9: the spans stream may lose what it had not yet written
         server.start()
         await write(store, 10, tag="after")  # the clients reconnect; new events past the restart
-        await reach()
+        await reach(live, advanced, await ends_at(store.log), timeout=40)
         assert {r.pid for r in reader.LIVE}.isdisjoint(before)  # the readers stopped at the restart, started anew
         stop.set()
         await following

@@ -308,7 +308,7 @@ class Forks:
             if self.process is not None and self.process.poll() is None:
                 return
             ours, theirs = socket.socketpair()
-            command = [sys.executable, "-c", f"from {__name__} import serve_forks; serve_forks({theirs.fileno()})"]
+            command = [sys.executable, "-c", SERVE.format(module=__name__, fd=theirs.fileno())]
             env = os.environ | SINGLE_THREADED
             self.process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
             theirs.close()
@@ -344,6 +344,13 @@ class Forks:
 SINGLE_THREADED = {"JE_ARROW_MALLOC_CONF": "background_thread:false", "OPENBLAS_NUM_THREADS": "1"}
 """Keeps the fork server at one thread: pyarrow's jemalloc and numpy's OpenBLAS would each start one at
 import (fork copies only the calling thread)."""
+SERVE = """import signal
+for stop in (signal.SIGINT, signal.SIGTERM):  # a stop of the process group also reaches the projector
+    signal.signal(stop, signal.SIG_IGN)
+from {module} import serve_forks
+serve_forks({fd})
+"""
+"""The fork server's program: it ignores the stop signals from its start (its imports take ~0.5 s)."""
 _forks = Forks()
 atexit.register(_forks.stop)
 
@@ -351,7 +358,8 @@ atexit.register(_forks.stop)
 def serve_forks(fd: int) -> None:
     """The fork server's loop (see ``Forks``)."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # readers are reaped by the system
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the projector, which closes the readers
+    for stop in (signal.SIGINT, signal.SIGTERM):  # (set before the imports too; readers inherit it) a stop
+        signal.signal(stop, signal.SIG_IGN)  # of the process group reaches the projector: its sockets close
     control = socket.socket(fileno=fd)
     while True:
         message, fds, _, _ = socket.recv_fds(control, 16, 1)

@@ -10,9 +10,10 @@ import duckdb
 import nats.errors
 import nats.js.errors
 
-from voltbus.services.eventlog import BadEvent, Envelope, EventLog, Feed
+from voltbus.services.eventlog import BadEvent, Envelope, EventLog
 
-from . import lean, reader
+from . import forks, reader
+from .lean import projector_feed
 from .prepare import Prepared
 from .projector import STREAMS, UNAPPLIABLE, Projector
 from .rewind import Divergence, Guard
@@ -54,14 +55,6 @@ async def ends_at(log_: EventLog, to_seq: int | None = None, to_time: float | No
     return ends
 
 
-def projector_feed(log_: EventLog, stream: str) -> Feed:
-    """A feed of ``stream``; the spans feed decodes with the projector's lean decoder."""
-    feed = log_.feed(stream)  # type: ignore[arg-type]
-    if stream == "spans":
-        feed.decode = lean.decode_spans
-    return feed
-
-
 class Local:
     """Stored events read and prepared in this process."""
 
@@ -84,24 +77,8 @@ class Local:
         await self.feed.close()
 
 
-class Remote:
-    """Batches prepared by reader processes, a share each."""
-
-    def __init__(self, readers: reader.Readers) -> None:
-        self.readers = readers
-
-    @property
-    def seen(self) -> tuple[int, int]:
-        return self.readers.seen
-
-    async def next(self, batch_size: int, max_wait: float) -> Batch:
-        return await self.readers.next(max_wait)
-
-    async def close(self) -> None:
-        await self.readers.close()
-
-
-Source = Local | Remote
+Source = Local | reader.Readers
+"""Where a stream's batches come from: this process, or reader processes (prepared, a share each)."""
 
 
 async def project(
@@ -123,7 +100,7 @@ async def project(
     """
     lock = asyncio.Lock()
     counts = readers if isinstance(readers, dict) else dict.fromkeys(STREAMS, int(readers))
-    use = {s: counts.get(s, 0) > 0 and reader.supported() for s in STREAMS}
+    use = {s: counts.get(s, 0) > 0 and forks.supported() for s in STREAMS}
     failed = {s: (0, -1) for s in STREAMS}
     """Per stream: reader failures in a row without progress between them, and the position at the last."""
 
@@ -144,10 +121,7 @@ async def project(
                     states = await asyncio.to_thread(projector.stored_states) if stream == "control" else []
                 position = projector.positions[stream]
                 settings = log_.settings
-                started = await reader.Readers.start(
-                    settings, stream, counts[stream], position, end, batch_size, max_wait, states
-                )
-                return Remote(started)
+                return await reader.Readers.start(settings, stream, counts[stream], position, end, states)
             except Exception as exc:
                 log.warning("no reader process for %s (%s): reading it in this process", stream, exc)
                 use[stream] = False

@@ -24,6 +24,7 @@ import msgspec
 from voltbus.schemas import codec
 from voltbus.schemas.base import Event
 from voltbus.schemas.spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanEvent, SpanRecorded
+from voltbus.services.eventlog import EventLog, Feed
 
 LISTS = {"prompt_ids": False, "response_ids": False, "logprobs": True}
 """ModelCalled fields kept as JSON text, with whether they hold floats (else integers)."""
@@ -111,6 +112,14 @@ def decode_spans(data: bytes | bytearray | memoryview) -> SpanEvent:
         return codec.decode_spans(data)
     msgspec.structs.force_setattr(event, "stored", bytes(data))  # for strict(), should DuckDB refuse it
     return event  # type: ignore[no-any-return]
+
+
+def projector_feed(log_: EventLog, stream: str) -> Feed:
+    """A feed of ``stream``; the spans feed decodes with the projector's lean decoder."""
+    feed = log_.feed(stream)  # type: ignore[arg-type]
+    if stream == "spans":
+        feed.decode = decode_spans
+    return feed
 
 
 def is_lean(event: object) -> bool:

@@ -35,7 +35,6 @@ UNAPPLIABLE = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputExcep
 """What rows out of a column's range (or type) raise in DuckDB or Arrow: the events that cause it are quarantined."""
 
 
-
 def prepare_file(path: Path) -> None:
     """Move aside a database written by an older projection version (it will be rebuilt from the log)."""
     if not path.exists():

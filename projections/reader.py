@@ -10,11 +10,12 @@ Each reader reads the whole stream, from the projector's checkpoint + 1, and say
 received (``Arrived``). The projector asks every reader of a stream for the same cut (``Upto``: up to
 the sequence all have received, at most a batch further); each answers with its share's tables for
 exactly that range (``Batch``), and the projector writes the shares in one transaction. It keeps two
-cuts asked for, so the readers prepare the next batch while it writes one. A reader is a child of a
-fork server that has this module imported (a start takes milliseconds after the first). The projector
-stays the only writer: readers never open the database. A reader ends when its socket closes (the
-projector stopped or died; one that reached ``to_seq`` hands over what it has and waits for that). It stops
-with ``Failed`` when it cannot go on: a row Arrow refuses (the projector applies that cut itself), or its
+cuts asked for, so the readers prepare the next batch while it writes one. This module is the
+projector's side; a reader's own work is in reading.py, the frames in frames.py, and readers are forked
+by the fork server of forks.py (a start takes milliseconds after the first). The projector stays the
+only writer: readers never open the database. A reader ends when its socket closes (the projector
+stopped or died; one that reached ``to_seq`` hands over what it has and waits for that). It stops with
+``Failed`` when it cannot go on: a row Arrow refuses (the projector applies that cut itself), or its
 feed re-subscribed or reconnected (the projector compares its checkpoint with the log, then starts new
 readers after it, so that nothing received before a server restart is mixed with what came after).
 """
@@ -22,7 +23,6 @@ readers after it, so that nothing received before a server restart is mixed with
 from __future__ import annotations
 
 import asyncio
-import atexit
 import collections
 import contextlib
 import logging
@@ -30,362 +30,29 @@ import os
 import select
 import signal
 import socket
-import struct
-import subprocess
-import sys
 import threading
 import weakref
-from typing import Any
 
 import msgspec
-import pyarrow as pa
 
-from voltbus.services.eventlog import EventLog, connect
 from voltbus.services.settings import NatsSettings
 
-from .prepare import Key, Part, Prepared, Preparer, load_states, rollout_part, span_part
+from . import forks
+from .frames import HEAD, Arrived, Batch, Failed, Frame, Start, States, Upto, decoder, frame, from_ipc
+from .prepare import Part, Prepared, rollout_part
 
 log = logging.getLogger(__name__)
 
 CHUNK = 5000
 """Rollout states per ``States`` frame."""
-BUFFERED = 64 << 20
-"""Bytes of prepared batches held between a reader and the projector (a few batches of model calls)."""
-HOLD = 4
-"""Batches' worth of received messages a reader holds before it waits for the projector to ask."""
 AHEAD = 2
 """Cuts the projector keeps asked for: the readers prepare the next while it writes one."""
 ANSWER_S = 60.0
 """Longest the projector waits for a reader's share of a cut before it gives up on the reader."""
-BATCH_HINT = 2000
-"""Messages a reader takes from its feed at a time."""
-POLL_S = 0.005
-"""Longest a reader waits on its feed before it looks at the projector's asks again."""
+State = tuple[str, bytes]
+"""A rollout's folded state, as ``rollout_states`` keeps it."""
 LIVE: weakref.WeakSet[Reader] = weakref.WeakSet()
 """Readers started and not yet closed (to see, or stop, their processes)."""
-_HEAD = struct.Struct("<I")
-
-
-class Start(msgspec.Struct, tag=True, kw_only=True):
-    """What to read: a share of the stream from a sequence (to one, or on and on)."""
-
-    settings: str
-    """The bus settings, as JSON."""
-    stream: str
-    from_seq: int
-    to_seq: int | None
-    part: Part
-    states: int
-    """``States`` frames that follow (control: the folds of the share the projector has committed)."""
-    log_level: int = logging.WARNING
-
-
-class States(msgspec.Struct, tag=True, kw_only=True):
-    """Folded rollout states, as ``rollout_states`` keeps them."""
-
-    blobs: list[tuple[str, bytes]]
-
-
-class Upto(msgspec.Struct, tag=True, kw_only=True):
-    """The projector asks for the share's tables of the messages after the last cut, up to ``seq``."""
-
-    seq: int
-
-
-class Arrived(msgspec.Struct, tag=True, kw_only=True):
-    """The reader has received the stream up to ``seq``."""
-
-    seq: int
-    seen: tuple[int, int]
-    """The reader's feed subscriptions and connection reconnects so far (see rewind.Guard)."""
-
-
-class Batch(msgspec.Struct, tag=True, kw_only=True):
-    """A share of a prepared batch (``prepare.Prepared``), its tables as Arrow IPC streams."""
-
-    stream: str
-    last: int
-    stamp: float
-    count: int
-    tables: list[tuple[str, memoryview]]
-    cleared: list[Key]
-    candidates: list[Key]
-    seen: tuple[int, int]
-
-
-class Failed(msgspec.Struct, tag=True, kw_only=True):
-    """The reader could not go on."""
-
-    reason: str
-    cut: int | None = None
-    """The cut it could not prepare (a row Arrow refused): the projector applies its events itself."""
-
-
-Frame = Start | States | Upto | Arrived | Batch | Failed
-_encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Frame)
-
-
-def frame(message: Frame) -> bytes:
-    """One frame: length-prefixed msgpack."""
-    body = _encoder.encode(message)
-    return _HEAD.pack(len(body)) + body
-
-
-def ipc(table: pa.Table) -> memoryview:
-    """A table as an Arrow IPC stream."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as out:
-        out.write_table(table)
-    return memoryview(sink.getvalue())
-
-
-def from_ipc(data: memoryview) -> pa.Table:
-    """The table of an Arrow IPC stream (referencing ``data``, not copying it)."""
-    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
-
-
-# ---------------------------------------------------------------- the reader process
-
-
-def main(sock: socket.socket) -> None:
-    """A reader process's work (forked by ``serve_forks``)."""
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(sock))
-
-
-async def _serve(sock: socket.socket) -> None:
-    reader, writer = await asyncio.open_connection(sock=sock)
-    writer.transport.set_write_buffer_limits(high=BUFFERED)  # go on preparing while the projector reads
-    start = await _receive(reader)
-    assert isinstance(start, Start), start
-    label = f"{start.stream} {start.part[0] + 1}/{start.part[1]}"
-    logging.basicConfig(level=start.log_level, format=f"%(asctime)s voltbus reader ({label}): %(message)s")
-    states: dict[str, Any] = {}
-    for _ in range(start.states):
-        chunk = await _receive(reader)
-        assert isinstance(chunk, States), chunk
-        states.update(load_states(chunk.blobs))
-    try:
-        settings = NatsSettings.model_validate_json(start.settings)
-        log_ = EventLog(await connect(settings, f"voltbus-reader-{start.stream}"), settings)  # the streams exist
-    except Exception as exc:  # the projector goes on without readers, and says why
-        writer.write(frame(Failed(reason=f"{type(exc).__name__}: {exc}")))
-        await writer.drain()
-        return
-    asks: collections.deque[int] = collections.deque()
-    asked = asyncio.Event()
-    listening = asyncio.create_task(_listen(reader, asks, asked))  # ends when the projector closes the socket
-    preparer = Preparer({start.stream: start.from_seq - 1}, states, start.part)
-    work = asyncio.create_task(_work(log_, start, preparer, writer, asks, asked))
-    try:
-        await asyncio.wait([listening, work], return_when=asyncio.FIRST_COMPLETED)
-        if work.done():  # the stream reached to_seq, or reading failed
-            if not work.cancelled() and (exc := work.exception()) is not None:
-                cut = exc.cut if isinstance(exc, Unprepared) else None
-                writer.write(frame(Failed(reason=f"{type(exc).__name__}: {exc}", cut=cut)))
-            writer.transport.set_write_buffer_limits(high=0)
-            await writer.drain()  # every batch handed over
-            await listening  # until the projector closes the socket
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        for task in (listening, work):
-            task.cancel()
-        await asyncio.gather(listening, work, return_exceptions=True)
-        await log_.close()
-        writer.close()
-
-
-async def _receive(reader: asyncio.StreamReader) -> Frame:
-    (size,) = _HEAD.unpack(await reader.readexactly(_HEAD.size))
-    return _decoder.decode(await reader.readexactly(size))
-
-
-async def _listen(reader: asyncio.StreamReader, asks: collections.deque[int], asked: asyncio.Event) -> None:
-    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-        while True:
-            ask = await _receive(reader)
-            if isinstance(ask, Upto):
-                asks.append(ask.seq)
-                asked.set()
-
-
-async def _work(
-    log_: EventLog,
-    start: Start,
-    preparer: Preparer,
-    writer: asyncio.StreamWriter,
-    asks: collections.deque[int],
-    asked: asyncio.Event,
-) -> None:
-    from .follow import projector_feed  # follow imports this module
-
-    stream, end, (index, count) = start.stream, start.to_seq, start.part
-    feed = projector_feed(log_, stream)
-    if stream == "spans" and count > 1:
-        feed.keep = lambda subject: span_part(subject, count) == index  # others' messages stay undecoded
-    await feed.open(start.from_seq)
-    held: collections.deque[Any] = collections.deque()
-    tail = start.from_seq - 1
-    began = seen = (feed.subscriptions, log_.nc.stats["reconnects"])
-    try:
-        while end is None or preparer.positions[stream] < end:
-            if asks and asks[0] <= tail:  # a cut that every reader has received: this share's tables
-                cut, items = asks.popleft(), []
-                while held and held[0].seq <= cut:
-                    items.append(held.popleft())
-                try:
-                    batch = await asyncio.to_thread(_batch, preparer, stream, items, cut, seen)
-                except Exception as exc:
-                    raise Unprepared(f"{type(exc).__name__}: {exc}", cut) from exc
-                writer.write(frame(batch))
-                await writer.drain()
-                continue
-            if len(held) >= HOLD * BATCH_HINT and not asks:
-                asked.clear()
-                await asked.wait()  # enough held: wait for the projector to ask
-                continue
-            items = await feed.batch(BATCH_HINT, POLL_S, to_seq=end)  # short: an ask waits for it
-            seen = (feed.subscriptions, log_.nc.stats["reconnects"])
-            if seen != began:  # what comes now may come from a restarted server: the projector checks first
-                raise Resubscribed(f"the feed re-subscribed or reconnected ({began} -> {seen})")
-            if items:
-                held.extend(items)
-                tail = items[-1].seq
-                writer.write(frame(Arrived(seq=tail, seen=seen)))
-                await writer.drain()
-    finally:
-        await feed.close()
-
-
-class Unprepared(Exception):
-    """A cut the reader could not prepare (Arrow refused a row)."""
-
-    def __init__(self, reason: str, cut: int) -> None:
-        super().__init__(reason)
-        self.cut = cut
-
-
-class Resubscribed(Exception):
-    """The reader's feed re-subscribed or its connection came back: it stops before handing over anything
-    received since, so that the projector can compare its checkpoint with the log first."""
-
-
-def _batch(preparer: Preparer, stream: str, items: list[Any], cut: int, seen: tuple[int, int]) -> Batch:
-    prepared = preparer.prepare(stream, items)
-    if prepared is None:  # nothing past the position (a cut the reader had already passed)
-        return Batch(stream=stream, last=cut, stamp=0.0, count=0, tables=[], cleared=[], candidates=[], seen=seen)
-    return Batch(
-        stream=stream,
-        last=prepared.last,
-        stamp=prepared.stamp,
-        count=prepared.count,
-        tables=[(name, ipc(table)) for name, table in prepared.tables],
-        cleared=prepared.cleared,
-        candidates=prepared.candidates,
-        seen=seen,
-    )
-
-
-# ---------------------------------------------------------------- the projector's side
-
-
-class Forks:
-    """A fork server: a process of its own with this module imported (started once, ~0.5 s), that forks
-    a reader for each socket it is handed, so that starting one takes milliseconds. It runs one thread and
-    no event loop when it forks (forking is safe there, unlike in the projector's process: see
-    ``SINGLE_THREADED``); it ends when the projector's end of its control socket closes, and its readers
-    when their sockets do."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.control: socket.socket | None = None
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.lock:
-            if self.process is not None and self.process.poll() is None:
-                return
-            ours, theirs = socket.socketpair()
-            command = [sys.executable, "-c", SERVE.format(module=__name__, fd=theirs.fileno())]
-            env = os.environ | SINGLE_THREADED
-            self.process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
-            theirs.close()
-            self.control = ours
-
-    def stop(self) -> None:
-        """End the fork server (at exit; its readers end with their sockets)."""
-        with self.lock:
-            if self.control is not None:
-                self.control.close()
-                self.control = None
-            if self.process is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.process.wait(2.0)
-                if self.process.poll() is None:
-                    self.process.kill()
-                    self.process.wait()
-                self.process = None
-
-    def fork(self, sock: socket.socket) -> int:
-        """A new reader serving ``sock``; its process id."""
-        self.start()
-        with self.lock:
-            assert self.control is not None
-            socket.send_fds(self.control, [b"r"], [sock.fileno()])
-            answer = self.control.recv(8)
-        if len(answer) != 8:
-            raise OSError("the readers' fork server did not answer")
-        (pid,) = struct.unpack("<q", answer)
-        return pid
-
-
-SINGLE_THREADED = {"JE_ARROW_MALLOC_CONF": "background_thread:false", "OPENBLAS_NUM_THREADS": "1"}
-"""Keeps the fork server at one thread: pyarrow's jemalloc and numpy's OpenBLAS would each start one at
-import (fork copies only the calling thread)."""
-SERVE = """import signal
-for stop in (signal.SIGINT, signal.SIGTERM):  # a stop of the process group also reaches the projector
-    signal.signal(stop, signal.SIG_IGN)
-from {module} import serve_forks
-serve_forks({fd})
-"""
-"""The fork server's program: it ignores the stop signals from its start (its imports take ~0.5 s)."""
-_forks = Forks()
-atexit.register(_forks.stop)
-
-
-def serve_forks(fd: int) -> None:
-    """The fork server's loop (see ``Forks``)."""
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # readers are reaped by the system
-    for stop in (signal.SIGINT, signal.SIGTERM):  # (set before the imports too; readers inherit it) a stop
-        signal.signal(stop, signal.SIG_IGN)  # of the process group reaches the projector: its sockets close
-    control = socket.socket(fileno=fd)
-    while True:
-        message, fds, _, _ = socket.recv_fds(control, 16, 1)
-        if not message:
-            return  # the projector is gone
-        pid = os.fork()
-        if pid == 0:
-            control.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            try:
-                main(socket.socket(fileno=fds[0]))
-            finally:
-                os._exit(0)
-        os.close(fds[0])
-        control.sendall(struct.pack("<q", pid))
-
-
-def prestart() -> None:
-    """Start the fork server now (about half a second, once per process) rather than at the first reader."""
-    if supported():
-        _forks.start()
-
-
-def supported() -> bool:
-    """Whether reader processes can be started here (fork and descriptor passing: a POSIX system)."""
-    return hasattr(os, "fork") and hasattr(socket, "send_fds")
 
 
 class ReaderFailed(Exception):
@@ -420,13 +87,12 @@ class Reader:
 
     @classmethod
     async def start(
-        cls, settings: NatsSettings, stream: str, part: Part, from_seq: int, to_seq: int | None, max_wait: float,
-        states: list[tuple[str, bytes]],
-    ) -> Reader:  # fmt: skip
+        cls, settings: NatsSettings, stream: str, part: Part, from_seq: int, to_seq: int | None, states: list[State]
+    ) -> Reader:
         """Start a reader of a share of ``stream`` from ``from_seq``; ``states``: the committed folds of the share."""
         ours, theirs = socket.socketpair()
         try:
-            pid = await asyncio.to_thread(_forks.fork, theirs)
+            pid = await asyncio.to_thread(forks.fork, theirs)
         finally:
             theirs.close()
         self = cls(stream, part, pid, ours)
@@ -472,7 +138,7 @@ class Reader:
     def _read(self) -> None:
         try:
             while True:
-                message = _decoder.decode(self._exactly(_HEAD.unpack(self._exactly(_HEAD.size))[0]))
+                message = decoder.decode(self._exactly(HEAD.unpack(self._exactly(HEAD.size))[0]))
                 self._loop.call_soon_threadsafe(self._arrive, message)
         except (EOFError, OSError, msgspec.DecodeError) as exc:
             failure = ReaderFailed(f"the reader process of {self.stream} (pid {self.pid}) ended ({exc})")
@@ -531,54 +197,58 @@ class Reader:
 class Readers:
     """The readers of one stream, one per share: cuts asked of all, their shares merged into one batch."""
 
-    def __init__(self, readers: list[Reader], position: int, batch_size: int) -> None:
+    def __init__(self, readers: list[Reader], position: int) -> None:
         self.readers = readers
-        self.batch_size = batch_size
         self.asked: collections.deque[int] = collections.deque()
         self.last_asked = position
 
     @classmethod
     async def start(
-        cls, settings: NatsSettings, stream: str, count: int, position: int, to_seq: int | None, batch_size: int,
-        max_wait: float, states: list[tuple[str, bytes]],
-    ) -> Readers:  # fmt: skip
+        cls,
+        settings: NatsSettings,
+        stream: str,
+        count: int,
+        position: int,
+        to_seq: int | None,
+        states: list[State],
+    ) -> Readers:
         """``count`` readers of ``stream`` after ``position``; ``states``: the committed folds (control)."""
         readers: list[Reader] = []
         try:
             for index in range(count):
                 share = [s for s in states if rollout_part(s[0], count) == index]
                 part = (index, count)
-                readers.append(await Reader.start(settings, stream, part, position + 1, to_seq, max_wait, share))
+                readers.append(await Reader.start(settings, stream, part, position + 1, to_seq, share))
         except BaseException:
             for started in readers:
                 await started.close()
             raise
-        return cls(readers, position, batch_size)
+        return cls(readers, position)
 
     @property
     def seen(self) -> tuple[int, int]:
         """The readers' subscriptions and reconnects, summed (any change means one re-subscribed)."""
         return sum(r.seen[0] for r in self.readers), sum(r.seen[1] for r in self.readers)
 
-    def _ask(self, full: bool = False) -> None:
+    def _ask(self, batch_size: int, full: bool = False) -> None:
         """Ask every reader for the next cuts (``full``: only cuts of a whole batch: ahead of time, a cut
         would leave out what arrives while the batch before is written)."""
         received = min(r.tail for r in self.readers)
-        least = self.batch_size if full else 1
+        least = batch_size if full else 1
         while len(self.asked) < AHEAD and received - self.last_asked >= least:
-            cut = min(received, self.last_asked + self.batch_size)
+            cut = min(received, self.last_asked + batch_size)
             for r in self.readers:
                 r.ask(cut)
             self.asked.append(cut)
             self.last_asked = cut
 
-    async def next(self, max_wait: float) -> Prepared | None:
+    async def next(self, batch_size: int, max_wait: float) -> Prepared | None:
         """The next batch, every share of it (None: nothing arrived within ``max_wait``); raises ``ReaderFailed``."""
-        self._ask()
+        self._ask(batch_size)
         if not self.asked:
             for r in self.readers:
                 r.arrived.clear()
-            self._ask()  # what arrived before the clear
+            self._ask(batch_size)  # what arrived before the clear
         if not self.asked:
             waits = [asyncio.ensure_future(r.arrived.wait()) for r in self.readers]
             try:
@@ -589,7 +259,7 @@ class Readers:
             for r in self.readers:
                 if r.failure is not None:
                     raise r.failure
-            self._ask()
+            self._ask(batch_size)
             if not self.asked:
                 return None
         cut = self.asked[0]
@@ -599,7 +269,7 @@ class Readers:
             stream = self.readers[0].stream
             raise ReaderFailed(f"a reader of {stream} did not answer cut {cut} in {ANSWER_S:.0f} s") from None
         self.asked.popleft()
-        self._ask(full=True)  # a backlog: the next batch is prepared while this one is written
+        self._ask(batch_size, full=True)  # a backlog: the next batch is prepared while this one is written
         return merge(shares, cut)
 
     async def close(self) -> None:

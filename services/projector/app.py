@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from voltbus.projections import reader
+from voltbus.projections import forks
 from voltbus.projections.follow import project
 from voltbus.projections.projector import Projector
 from voltbus.schemas.errors import InvalidCommand
@@ -93,7 +93,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
     cfg = settings.projector
     check_port(cfg.host, cfg.port, "projector SQL")
     if any(cfg.readers.values()):
-        await asyncio.to_thread(reader.prestart)  # the readers' fork server, started once
+        await asyncio.to_thread(forks.prestart)  # the readers' fork server, started once
     eventlog = await EventLog.connect(settings.nats, name="voltbus-projector")
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
     projector = Projector(cfg.db)

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.csv
 import pyarrow.parquet
 
-from voltbus.projections import reader
+from voltbus.projections import forks
 from voltbus.projections.adapter import AdapterSettings
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
@@ -161,7 +161,7 @@ async def rebuild(
 
     ``adapter``: the settings of the training tables (default ``AdapterSettings()``)."""
     if any(settings.projector.readers.values()):
-        await asyncio.to_thread(reader.prestart)  # the readers' fork server, started once
+        await asyncio.to_thread(forks.prestart)  # the readers' fork server, started once
     log_ = await EventLog.connect(settings.nats, name=f"voltbus-{label}")
     projector = Projector(db, adapter)
     try:

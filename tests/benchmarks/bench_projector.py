@@ -71,7 +71,7 @@ from tests.benchmarks.bench_eventlog import (
     write_csv,
 )
 from tests.schemas.samples import SAMPLES
-from voltbus.projections import blocks, reader
+from voltbus.projections import blocks, forks
 from voltbus.projections.follow import ends_at, project, projector_feed
 from voltbus.projections.projector import Projector
 from voltbus.projections.rows import ARROW, Row
@@ -611,7 +611,7 @@ async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = pr
         t = time.perf_counter()
         stored = await fill(b, options)
         if any(options.readers.values()):
-            reader.prestart()  # as a running projector has it: readers start in milliseconds
+            forks.prestart()  # as a running projector has it: readers start in milliseconds
         gc.collect()
         gc.freeze()  # the captured rows stay out of every later collection: a projector process holds none of them
         echo(f"  fill: {time.perf_counter() - t:.1f}s, stored {stored.ends}, sizes {stored.sizes}")

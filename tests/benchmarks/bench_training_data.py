@@ -28,9 +28,7 @@ REQUEST = msgspec.json.encode({"model": "tiny", "messages": [{"role": "user", "c
 class NoTraining(Projector):
     """The projector with the training tables left empty (the baseline)."""
 
-    def _commit(
-        self, blocks_: list[tuple[str, pa.Table]], checkpoint: tuple[str, int, float], *_: object
-    ) -> None:
+    def _commit(self, blocks_: list[tuple[str, pa.Table]], checkpoint: tuple[str, int, float], *_: object) -> None:
         super()._commit(blocks_, checkpoint, [], [])
 
 

@@ -1,0 +1,98 @@
+"""What a reader process and the projector say to each other over their socket: length-prefixed msgpack
+frames (``Start`` and ``States`` to the reader, ``Upto`` asks; ``Arrived``, ``Batch`` and ``Failed`` back),
+a batch's tables as Arrow IPC streams. See reader.py for the exchange."""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+import msgspec
+import pyarrow as pa
+
+from .prepare import Key, Part
+
+BUFFERED = 64 << 20
+"""Bytes of prepared batches held between a reader and the projector (a few batches of model calls)."""
+HEAD = struct.Struct("<I")
+"""A frame's length, before its body."""
+
+
+class Start(msgspec.Struct, tag=True, kw_only=True):
+    """What to read: a share of the stream from a sequence (to one, or on and on)."""
+
+    settings: str
+    """The bus settings, as JSON."""
+    stream: str
+    from_seq: int
+    to_seq: int | None
+    part: Part
+    states: int
+    """``States`` frames that follow (control: the folds of the share the projector has committed)."""
+    log_level: int = logging.WARNING
+
+
+class States(msgspec.Struct, tag=True, kw_only=True):
+    """Folded rollout states, as ``rollout_states`` keeps them."""
+
+    blobs: list[tuple[str, bytes]]
+
+
+class Upto(msgspec.Struct, tag=True, kw_only=True):
+    """The projector asks for the share's tables of the messages after the last cut, up to ``seq``."""
+
+    seq: int
+
+
+class Arrived(msgspec.Struct, tag=True, kw_only=True):
+    """The reader has received the stream up to ``seq``."""
+
+    seq: int
+    seen: tuple[int, int]
+    """The reader's feed subscriptions and connection reconnects so far (see rewind.Guard)."""
+
+
+class Batch(msgspec.Struct, tag=True, kw_only=True):
+    """A share of a prepared batch (``prepare.Prepared``), its tables as Arrow IPC streams."""
+
+    stream: str
+    last: int
+    stamp: float
+    count: int
+    tables: list[tuple[str, memoryview]]
+    cleared: list[Key]
+    candidates: list[Key]
+    seen: tuple[int, int]
+
+
+class Failed(msgspec.Struct, tag=True, kw_only=True):
+    """The reader could not go on."""
+
+    reason: str
+    cut: int | None = None
+    """The cut it could not prepare (a row Arrow refused): the projector applies its events itself."""
+
+
+Frame = Start | States | Upto | Arrived | Batch | Failed
+_encoder = msgspec.msgpack.Encoder()
+decoder = msgspec.msgpack.Decoder(Frame)
+"""Decodes a frame's body."""
+
+
+def frame(message: Frame) -> bytes:
+    """One frame: length-prefixed msgpack."""
+    body = _encoder.encode(message)
+    return HEAD.pack(len(body)) + body
+
+
+def ipc(table: pa.Table) -> memoryview:
+    """A table as an Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as out:
+        out.write_table(table)
+    return memoryview(sink.getvalue())
+
+
+def from_ipc(data: memoryview) -> pa.Table:
+    """The table of an Arrow IPC stream (referencing ``data``, not copying it)."""
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()

@@ -1,0 +1,163 @@
+"""A reader process: one share of a stream read from the bus and prepared, handed to the projector as
+Arrow tables, cut by cut (see reader.py). Forked by the fork server (forks.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import socket
+from typing import Any
+
+from voltbus.services.eventlog import EventLog, connect
+from voltbus.services.settings import NatsSettings
+
+from .frames import BUFFERED, HEAD, Arrived, Batch, Failed, Frame, Start, States, Upto, decoder, frame, ipc
+from .lean import projector_feed
+from .prepare import Preparer, load_states, span_part
+
+HOLD = 4
+"""Batches' worth of received messages a reader holds before it waits for the projector to ask."""
+BATCH_HINT = 2000
+"""Messages a reader takes from its feed at a time."""
+POLL_S = 0.005
+"""Longest a reader waits on its feed before it looks at the projector's asks again."""
+
+
+def main(sock: socket.socket) -> None:
+    """A reader process's work (forked by ``serve_forks``)."""
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(sock))
+
+
+async def _serve(sock: socket.socket) -> None:
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.transport.set_write_buffer_limits(high=BUFFERED)  # go on preparing while the projector reads
+    start = await _receive(reader)
+    assert isinstance(start, Start), start
+    label = f"{start.stream} {start.part[0] + 1}/{start.part[1]}"
+    logging.basicConfig(level=start.log_level, format=f"%(asctime)s voltbus reader ({label}): %(message)s")
+    states: dict[str, Any] = {}
+    for _ in range(start.states):
+        chunk = await _receive(reader)
+        assert isinstance(chunk, States), chunk
+        states.update(load_states(chunk.blobs))
+    try:
+        settings = NatsSettings.model_validate_json(start.settings)
+        log_ = EventLog(await connect(settings, f"voltbus-reader-{start.stream}"), settings)  # the streams exist
+    except Exception as exc:  # the projector goes on without readers, and says why
+        writer.write(frame(Failed(reason=f"{type(exc).__name__}: {exc}")))
+        await writer.drain()
+        return
+    asks: collections.deque[int] = collections.deque()
+    asked = asyncio.Event()
+    listening = asyncio.create_task(_listen(reader, asks, asked))  # ends when the projector closes the socket
+    preparer = Preparer({start.stream: start.from_seq - 1}, states, start.part)
+    work = asyncio.create_task(_work(log_, start, preparer, writer, asks, asked))
+    try:
+        await asyncio.wait([listening, work], return_when=asyncio.FIRST_COMPLETED)
+        if work.done():  # the stream reached to_seq, or reading failed
+            if not work.cancelled() and (exc := work.exception()) is not None:
+                cut = exc.cut if isinstance(exc, Unprepared) else None
+                writer.write(frame(Failed(reason=f"{type(exc).__name__}: {exc}", cut=cut)))
+            writer.transport.set_write_buffer_limits(high=0)
+            await writer.drain()  # every batch handed over
+            await listening  # until the projector closes the socket
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        for task in (listening, work):
+            task.cancel()
+        await asyncio.gather(listening, work, return_exceptions=True)
+        await log_.close()
+        writer.close()
+
+
+async def _receive(reader: asyncio.StreamReader) -> Frame:
+    (size,) = HEAD.unpack(await reader.readexactly(HEAD.size))
+    return decoder.decode(await reader.readexactly(size))
+
+
+async def _listen(reader: asyncio.StreamReader, asks: collections.deque[int], asked: asyncio.Event) -> None:
+    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+        while True:
+            ask = await _receive(reader)
+            if isinstance(ask, Upto):
+                asks.append(ask.seq)
+                asked.set()
+
+
+async def _work(
+    log_: EventLog,
+    start: Start,
+    preparer: Preparer,
+    writer: asyncio.StreamWriter,
+    asks: collections.deque[int],
+    asked: asyncio.Event,
+) -> None:
+    stream, end, (index, count) = start.stream, start.to_seq, start.part
+    feed = projector_feed(log_, stream)
+    if stream == "spans" and count > 1:
+        feed.keep = lambda subject: span_part(subject, count) == index  # others' messages stay undecoded
+    await feed.open(start.from_seq)
+    held: collections.deque[Any] = collections.deque()
+    tail = start.from_seq - 1
+    began = seen = (feed.subscriptions, log_.nc.stats["reconnects"])
+    try:
+        while end is None or preparer.positions[stream] < end:
+            if asks and asks[0] <= tail:  # a cut that every reader has received: this share's tables
+                cut, items = asks.popleft(), []
+                while held and held[0].seq <= cut:
+                    items.append(held.popleft())
+                try:
+                    batch = await asyncio.to_thread(_batch, preparer, stream, items, cut, seen)
+                except Exception as exc:
+                    raise Unprepared(f"{type(exc).__name__}: {exc}", cut) from exc
+                writer.write(frame(batch))
+                await writer.drain()
+                continue
+            if len(held) >= HOLD * BATCH_HINT and not asks:
+                asked.clear()
+                await asked.wait()  # enough held: wait for the projector to ask
+                continue
+            items = await feed.batch(BATCH_HINT, POLL_S, to_seq=end)  # short: an ask waits for it
+            seen = (feed.subscriptions, log_.nc.stats["reconnects"])
+            if seen != began:  # what comes now may come from a restarted server: the projector checks first
+                raise Resubscribed(f"the feed re-subscribed or reconnected ({began} -> {seen})")
+            if items:
+                held.extend(items)
+                tail = items[-1].seq
+                writer.write(frame(Arrived(seq=tail, seen=seen)))
+                await writer.drain()
+    finally:
+        await feed.close()
+
+
+class Unprepared(Exception):
+    """A cut the reader could not prepare (Arrow refused a row)."""
+
+    def __init__(self, reason: str, cut: int) -> None:
+        super().__init__(reason)
+        self.cut = cut
+
+
+class Resubscribed(Exception):
+    """The reader's feed re-subscribed or its connection came back: it stops before handing over anything
+    received since, so that the projector can compare its checkpoint with the log first."""
+
+
+def _batch(preparer: Preparer, stream: str, items: list[Any], cut: int, seen: tuple[int, int]) -> Batch:
+    prepared = preparer.prepare(stream, items)
+    if prepared is None:  # nothing past the position (a cut the reader had already passed)
+        return Batch(stream=stream, last=cut, stamp=0.0, count=0, tables=[], cleared=[], candidates=[], seen=seen)
+    return Batch(
+        stream=stream,
+        last=prepared.last,
+        stamp=prepared.stamp,
+        count=prepared.count,
+        tables=[(name, ipc(table)) for name, table in prepared.tables],
+        cleared=prepared.cleared,
+        candidates=prepared.candidates,
+        seen=seen,
+    )

@@ -124,10 +124,9 @@ class Feed:
         """Messages the consumer had yet to deliver when it sent the last one received."""
         self.held: list[str] = []
         """Flow-control and stall replies held back while the buffer is full (the server waits for them)."""
-        self.resetting = False
-        """True from a gap until the old consumer is dropped: its deliveries are ignored."""
         self.renewing = False
-        """True while the consumer is replaced (one replacement at a time)."""
+        """True while the consumer is replaced (one replacement at a time; the old one's deliveries after a gap
+        do not fit ``expect`` and are dropped, the new one counts from 1)."""
         self.renewed = 0.0
         """When the consumer was last replaced (replacements are at least ``RENEW_S`` apart)."""
         self.task: asyncio.Task[None] | None = None
@@ -183,8 +182,6 @@ class Feed:
 
     def _received(self, subject: bytes, reply: bytes, data: bytes) -> None:
         """A stored message, in delivery order (called by the connection's parser)."""
-        if self.resetting:
-            return  # the consumer is being replaced: the new one starts after the last message received
         pos = position(reply)
         if pos is None:
             log.warning("feed of %s: a message without a JetStream reply subject (%r) ignored", self.stream, reply)
@@ -228,24 +225,20 @@ class Feed:
             self.held.append(reply)
 
     def _reset(self, why: str) -> None:
-        if not self.resetting and not self.renewing:
+        if not self.renewing:
             log.warning("feed of %s before seq %d: %s; re-subscribing", self.stream, self.tail, why)
-            self.resetting = True
-            self.task = asyncio.get_running_loop().create_task(self._resubscribe())
+            self.renewing = True
+            self.task = asyncio.get_running_loop().create_task(self._renew())
 
-    async def _resubscribe(self) -> None:
-        """A new consumer (on a new inbox) from the first message not yet received."""
-        if self.renewing:
-            return
-        self.renewing = self.resetting = True
+    async def _renew(self) -> None:
+        """A new consumer (on a new inbox) from the first message not yet received (``renewing`` is set)."""
         try:
             await self._drop(self.sub)
-            self.resetting = False  # the new consumer's deliveries count from here
             await asyncio.sleep(max(0.0, self.renewed + RENEW_S - time.monotonic()))
             with contextlib.suppress(TimeoutError, nats.errors.Error):
                 await self._subscribe()
         finally:
-            self.renewing = self.resetting = False
+            self.renewing = False
             self.renewed = time.monotonic()
 
     async def _unstall(self) -> None:
@@ -260,7 +253,8 @@ class Feed:
         if last < self.tail or self.buffer or self.renewing:
             return
         log.warning("feed of %s stalled before seq %d (stream at %d): re-subscribing", self.stream, self.tail, last)
-        await self._resubscribe()
+        self.renewing = True
+        await self._renew()
 
     async def last_seq(self) -> int:
         """The stream's last sequence right now."""

@@ -45,19 +45,6 @@ async def reach(projector: Projector, advanced: asyncio.Event, ends: dict[str, i
             advanced.clear()
 
 
-async def follow_until(projector: Projector, log_: EventLog, ends: dict[str, int], **kwargs: object) -> None:
-    """A live ``project`` (with readers) until the projector reached ``ends``."""
-    stop, advanced = asyncio.Event(), asyncio.Event()
-    following = asyncio.create_task(
-        project(projector, log_, stop=stop, max_wait=0.01, readers=2, progress=lambda *_: advanced.set(), **kwargs)
-    )
-    try:
-        await reach(projector, advanced, ends)
-    finally:
-        stop.set()
-        await following
-
-
 async def test_readers_build_the_tables_this_process_builds(store: Store, tmp_path: Path) -> None:
     await write(store, 30)
     await training_workload.write(store, 6)
@@ -71,11 +58,17 @@ async def test_readers_build_the_tables_this_process_builds(store: Store, tmp_pa
 
 async def test_a_live_projection_with_readers_equals_a_rebuild(store: Store, tmp_path: Path) -> None:
     live = Projector(tmp_path / "live.duckdb")
+    stop, advanced = asyncio.Event(), asyncio.Event()
     try:
-        writing = asyncio.create_task(write(store, 25))  # events arrive while the readers follow the log
-        await asyncio.sleep(0)
-        await writing
-        await follow_until(live, store.log, await ends_at(store.log), batch_size=7)
+        following = asyncio.create_task(
+            project(
+                live, store.log, stop=stop, batch_size=7, max_wait=0.01, readers=2, progress=lambda *_: advanced.set()
+            )
+        )
+        await write(store, 25)  # events arrive while the readers follow the log
+        await reach(live, advanced, await ends_at(store.log))
+        stop.set()
+        await following
         tables = dump(live.con)
     finally:
         live.close()

@@ -18,7 +18,6 @@ import pyarrow as pa
 
 from voltbus.schemas.errors import DecodeError
 from voltbus.services.eventlog import BadEvent, Envelope
-from voltbus.services.lifecycle import RolloutState
 
 from . import blocks, lean, training
 from .adapter import AdapterSettings
@@ -98,11 +97,6 @@ class Projector:
             states = load_states(self.stored_states()) if stream == "control" else {}
             preparer = self._preparers[stream] = Preparer(self.positions, states)
         return preparer
-
-    @property
-    def states(self) -> dict[str, RolloutState]:
-        """The folded rollout states as committed."""
-        return self.preparer("control").states
 
     def stored_states(self) -> list[tuple[str, bytes]]:
         """Every rollout's folded state as the last commit stored it."""

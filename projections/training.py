@@ -16,7 +16,6 @@ import msgspec
 import pyarrow as pa
 
 from voltbus.schemas.base import derive_id
-from voltbus.services.lifecycle import RolloutState
 from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 
 from .adapter import ADAPTER_VERSION, AdapterSettings, AttemptInput, CallRow, RewardRow, SpanRow, adapt, settings_id
@@ -26,20 +25,15 @@ Key = tuple[str, str]
 _json = msgspec.json.Decoder()
 
 
-def task_id_of(state: RolloutState) -> str:
-    """The GRPO group of a rollout: ``task_id`` / ``data_id`` in its metadata or input, else a hash of the input.
+def task_id(metadata: dict[str, Any], input_: Any) -> str:
+    """The GRPO group of a rollout: ``task_id`` / ``data_id`` in its metadata or input, else a hash of the input
+    (from the metadata and the decoded input, as the ``rollouts`` table holds them).
 
-    >>> task_id_of(RolloutState(rollout_id="r", input=msgspec.Raw(b'{"q": 1, "id": "t7"}')))
+    >>> task_id({}, {"q": 1, "id": "t7"})
     't7'
-    >>> task_id_of(RolloutState(input=msgspec.Raw(b'{"b": 1, "a": 2}'))) == task_id_of(
-    ...     RolloutState(input=msgspec.Raw(b'{"a": 2, "b": 1}')))
+    >>> task_id({}, {"b": 1, "a": 2}) == task_id({}, {"a": 2, "b": 1})
     True
     """
-    return task_id(state.metadata, _json.decode(state.input))
-
-
-def task_id(metadata: dict[str, Any], input_: Any) -> str:
-    """``task_id_of`` from a rollout's metadata and decoded input (as the ``rollouts`` table holds them)."""
     for source in (metadata, input_):
         if isinstance(source, dict):
             for key in ("task_id", "data_id", "id"):

@@ -10,7 +10,7 @@ import struct
 import msgspec
 import pyarrow as pa
 
-from .prepare import Key, Part
+from .prepare import Cut, Part
 
 BUFFERED = 64 << 20
 """Bytes of prepared batches held between a reader and the projector (a few batches of model calls)."""
@@ -52,16 +52,10 @@ class Arrived(msgspec.Struct, tag=True, kw_only=True):
     """The reader's feed subscriptions and connection reconnects so far (see rewind.Guard)."""
 
 
-class Batch(msgspec.Struct, tag=True, kw_only=True):
+class Batch(Cut, tag=True, kw_only=True):
     """A share of a prepared batch (``prepare.Prepared``), its tables as Arrow IPC streams."""
 
-    stream: str
-    last: int
-    stamp: float
-    count: int
     tables: list[tuple[str, memoryview]]
-    cleared: list[Key]
-    candidates: list[Key]
     seen: tuple[int, int]
 
 

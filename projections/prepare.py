@@ -35,8 +35,9 @@ _NONE = decider.initial_state()
 _state_decoder = msgspec.json.Decoder(RolloutState)
 
 
-class Rows(msgspec.Struct, kw_only=True):
-    """What one batch of a stream adds, as row dicts per SQL block, and the training keys it touches."""
+class Cut(msgspec.Struct, kw_only=True):
+    """Where a batch of a stream ends and which training rows it touches (what ``Rows``, ``Prepared`` and a
+    reader's share of a batch have in common)."""
 
     stream: str
     last: int
@@ -45,23 +46,27 @@ class Rows(msgspec.Struct, kw_only=True):
     """Stored time of the message at ``last``."""
     count: int
     """Events in the batch (each applied or quarantined)."""
-    rows: dict[str, list[Row]]
     cleared: list[Key] = []
     """Attempts whose training rows are taken away (they were ended before the batch)."""
     candidates: list[Key] = []
     """Attempts whose training rows are recomputed if they have ended (by then)."""
 
 
-class Prepared(msgspec.Struct, kw_only=True):
-    """A batch ready for the writer: its tables in block order, checkpoint and training keys."""
+def cut_of(batch: Cut) -> dict[str, object]:
+    """The ``Cut`` fields of a batch, to build another kind of batch from."""
+    return {f.name: getattr(batch, f.name) for f in msgspec.structs.fields(Cut)}
 
-    stream: str
-    last: int
-    stamp: float
-    count: int
+
+class Rows(Cut, kw_only=True):
+    """What one batch adds, as row dicts per SQL block."""
+
+    rows: dict[str, list[Row]]
+
+
+class Prepared(Cut, kw_only=True):
+    """A batch ready for the writer: its tables in the order ``tables`` gives them."""
+
     tables: list[tuple[str, pa.Table]]
-    cleared: list[Key] = []
-    candidates: list[Key] = []
 
 
 def arrow(name: str, rows: list[Row]) -> pa.Table:
@@ -128,15 +133,7 @@ class Preparer:
         batch = self.rows(stream, items)
         if batch is None:
             return None
-        return Prepared(
-            stream=stream,
-            last=batch.last,
-            stamp=batch.stamp,
-            count=batch.count,
-            tables=tables(batch.rows),
-            cleared=batch.cleared,
-            candidates=batch.candidates,
-        )
+        return Prepared(**cut_of(batch), tables=tables(batch.rows))  # type: ignore[arg-type]
 
     def rows(self, stream: str, items: list[Envelope | BadEvent | Passed]) -> Rows | None:
         """The batch's row dicts; items already prepared are skipped, a hole in the sequence is recorded."""

@@ -15,7 +15,7 @@ from voltbus.services.settings import NatsSettings
 
 from .frames import BUFFERED, HEAD, Arrived, Batch, Failed, Frame, Start, States, Upto, decoder, frame, ipc
 from .lean import projector_feed
-from .prepare import Preparer, load_states, span_part
+from .prepare import Preparer, cut_of, load_states, span_part
 
 HOLD = 4
 """Batches' worth of received messages a reader holds before it waits for the projector to ask."""
@@ -150,14 +150,6 @@ class Resubscribed(Exception):
 def _batch(preparer: Preparer, stream: str, items: list[Any], cut: int, seen: tuple[int, int]) -> Batch:
     prepared = preparer.prepare(stream, items)
     if prepared is None:  # nothing past the position (a cut the reader had already passed)
-        return Batch(stream=stream, last=cut, stamp=0.0, count=0, tables=[], cleared=[], candidates=[], seen=seen)
-    return Batch(
-        stream=stream,
-        last=prepared.last,
-        stamp=prepared.stamp,
-        count=prepared.count,
-        tables=[(name, ipc(table)) for name, table in prepared.tables],
-        cleared=prepared.cleared,
-        candidates=prepared.candidates,
-        seen=seen,
-    )
+        return Batch(stream=stream, last=cut, stamp=0.0, count=0, tables=[], seen=seen)
+    tables = [(name, ipc(table)) for name, table in prepared.tables]
+    return Batch(**cut_of(prepared), tables=tables, seen=seen)  # type: ignore[arg-type]

@@ -37,12 +37,33 @@ async def build(log_: EventLog, path: Path, readers: int, batch_size: int = 50) 
         projector.close()
 
 
-async def reach(projector: Projector, advanced: asyncio.Event, ends: dict[str, int], timeout: float = 30) -> None:
-    """Wait on the projector's progress (``advanced``, set by its callback) until it reached ``ends``."""
-    async with asyncio.timeout(timeout):
-        while projector.positions != ends:
-            await advanced.wait()
-            advanced.clear()
+class Live:
+    """A live projection into ``path`` with reader processes, waited on through its progress callback."""
+
+    def __init__(self, log_: EventLog, path: Path, readers: int, **kwargs: object) -> None:
+        self.log, self.projector = log_, Projector(path)
+        self.stop, self.advanced = asyncio.Event(), asyncio.Event()
+        progress = lambda *_: self.advanced.set()  # noqa: E731
+        self.task = asyncio.create_task(
+            project(self.projector, log_, stop=self.stop, max_wait=0.01, readers=readers, progress=progress, **kwargs)
+        )
+
+    async def reach(self, timeout: float = 30) -> None:
+        """Wait until the projection has applied everything the log holds now."""
+        ends = await ends_at(self.log)
+        async with asyncio.timeout(timeout):
+            while self.projector.positions != ends:
+                await self.advanced.wait()
+                self.advanced.clear()
+
+    async def tables(self) -> dict[str, list[tuple[object, ...]]]:
+        """Stop following; every table."""
+        self.stop.set()
+        try:
+            await self.task
+            return dump(self.projector.con)
+        finally:
+            self.projector.close()
 
 
 async def test_readers_build_the_tables_this_process_builds(store: Store, tmp_path: Path) -> None:
@@ -57,21 +78,12 @@ async def test_readers_build_the_tables_this_process_builds(store: Store, tmp_pa
 
 
 async def test_a_live_projection_with_readers_equals_a_rebuild(store: Store, tmp_path: Path) -> None:
-    live = Projector(tmp_path / "live.duckdb")
-    stop, advanced = asyncio.Event(), asyncio.Event()
+    live = Live(store.log, tmp_path / "live.duckdb", readers=2, batch_size=7)
     try:
-        following = asyncio.create_task(
-            project(
-                live, store.log, stop=stop, batch_size=7, max_wait=0.01, readers=2, progress=lambda *_: advanced.set()
-            )
-        )
         await write(store, 25)  # events arrive while the readers follow the log
-        await reach(live, advanced, await ends_at(store.log))
-        stop.set()
-        await following
-        tables = dump(live.con)
+        await live.reach()
     finally:
-        live.close()
+        tables = await live.tables()
     assert tables == await build(store.log, tmp_path / "rebuilt.duckdb", readers=0)
 
 
@@ -88,26 +100,19 @@ async def test_a_batch_from_a_reader_that_the_database_refuses_is_applied_here(s
 
 async def test_a_killed_reader_is_replaced_and_nothing_is_lost(store: Store, tmp_path: Path) -> None:
     await write(store, 10)
-    live = Projector(tmp_path / "live.duckdb")
-    stop, advanced = asyncio.Event(), asyncio.Event()
+    live = Live(store.log, tmp_path / "live.duckdb", readers=2)
     try:
-        following = asyncio.create_task(
-            project(live, store.log, stop=stop, max_wait=0.01, readers=2, progress=lambda *_: advanced.set())
-        )
-        await reach(live, advanced, await ends_at(store.log))
+        await live.reach()
         shares = sorted((r.stream, r.part) for r in reader.LIVE)
         assert shares == [("control", (0, 2)), ("control", (1, 2)), ("spans", (0, 2)), ("spans", (1, 2))]
         killed = next(r.pid for r in reader.LIVE if r.part == (1, 2) and r.stream == "spans")
         os.kill(killed, signal.SIGKILL)
         await write(store, 10, tag="late")  # more of both streams after a spans reader died
-        await reach(live, advanced, await ends_at(store.log))
+        await live.reach()
         assert sorted((r.stream, r.part) for r in reader.LIVE) == shares  # the spans readers started again
         assert killed not in {r.pid for r in reader.LIVE}
-        stop.set()
-        await following
-        tables = dump(live.con)
     finally:
-        live.close()
+        tables = await live.tables()
     assert tables == await build(store.log, tmp_path / "rebuilt.duckdb", readers=0)
     assert not reader.LIVE
 
@@ -126,25 +131,18 @@ async def test_readers_survive_a_server_restart(tmp_path: Path) -> None:
     server = start_server(tmp_path / "nats")
     settings = NatsSettings(url=server.url, namespace="rr", request_timeout_s=2.0, connect_timeout_s=1.0)
     store = await connect(settings=settings)
-    live = Projector(tmp_path / "live.duckdb")
-    stop, advanced = asyncio.Event(), asyncio.Event()
+    live = Live(store.log, tmp_path / "live.duckdb", readers=1)
     try:
-        following = asyncio.create_task(
-            project(live, store.log, stop=stop, max_wait=0.01, readers=1, progress=lambda *_: advanced.set())
-        )
         await write(store, 10)
-        await reach(live, advanced, await ends_at(store.log), timeout=40)
+        await live.reach(timeout=40)
         before = {r.pid for r in reader.LIVE}
         server.kill()  # kill -9: the spans stream may lose what it had not yet written
         server.start()
         await write(store, 10, tag="after")  # the clients reconnect; new events past the restart
-        await reach(live, advanced, await ends_at(store.log), timeout=40)
+        await live.reach(timeout=40)
         assert {r.pid for r in reader.LIVE}.isdisjoint(before)  # the readers stopped at the restart, started anew
-        stop.set()
-        await following
-        tables = dump(live.con)
     finally:
-        live.close()
+        tables = await live.tables()
     try:
         assert tables == await build(store.log, tmp_path / "rebuilt.duckdb", readers=0)
     finally:

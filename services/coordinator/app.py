@@ -6,10 +6,11 @@ import asyncio
 import logging
 import time
 
+from voltbus.services.restart import supervised
 from voltbus.services.settings import Settings
 from voltbus.store import connect
 
-from .handlers import catch_up, catch_up_spans, dead_letters, follow_control, follow_spans, supervised, timer
+from .handlers import catch_up, catch_up_spans, dead_letters, follow_control, follow_spans, timer
 from .tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -20,6 +21,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     store = await connect(settings=settings.nats, name="voltbus-coordinator")
     tracker = Tracker()
     delay = settings.coordinator.restart_delay_s
+    stuck: set[asyncio.Task[None]] = set()
     try:
         control = [await catch_up(store, tracker)]
         since = (tracker.oldest_active_start() or time.time()) - 1.0
@@ -31,7 +33,9 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             "dead letters": lambda: dead_letters(store),
             "timer": lambda: timer(store, tracker, settings.coordinator.tick_s),
         }
-        tasks = [asyncio.create_task(supervised(name, body, delay)) for name, body in bodies.items()]
+        tasks = [
+            asyncio.create_task(supervised(f"coordinator {name}", body, delay, log)) for name, body in bodies.items()
+        ]
         await (stop.wait() if stop else asyncio.Event().wait())
         for task in tasks:
             task.cancel()
@@ -40,3 +44,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             log.warning("coordinator: %d task(s) did not stop in 5s; closing the connection under them", len(stuck))
     finally:
         await store.close()
+    for task in stuck:  # on a closed connection whatever held them fails at once, and the cancel is seen
+        task.cancel()
+    if stuck and (await asyncio.wait(stuck, timeout=5))[1]:
+        log.error("coordinator: %d task(s) still running after the connection closed", len(stuck))

@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from nats.aio.msg import Msg
 
@@ -18,18 +18,6 @@ from voltbus.store import Store
 from .tracker import Tracker
 
 log = logging.getLogger(__name__)
-
-
-async def supervised(name: str, body: Callable[[], Awaitable[None]], delay: float) -> None:
-    """Run ``body`` forever, restarting it after a failure (nats-py consumers do not always recover)."""
-    while True:
-        try:
-            await body()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("coordinator %s failed; restarting in %.1fs", name, delay)
-            await asyncio.sleep(delay)
 
 
 async def catch_up(store: Store, tracker: Tracker) -> int:

@@ -299,6 +299,5 @@ class Feed:
         """Stop the consumer."""
         if self.task is not None and not self.task.done():
             self.task.cancel()
-            with contextlib.suppress(BaseException):
-                await self.task
+            await asyncio.wait([self.task])  # its end, whatever it was; a cancel of close itself still stops it
         await self._drop(self.sub)

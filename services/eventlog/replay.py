@@ -9,9 +9,11 @@ replay goes on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 from collections.abc import AsyncGenerator, Callable
 
+import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -77,4 +79,5 @@ async def replay_stream(
             if not follow and (item.seq >= end or msg.metadata.num_pending == 0):
                 return
     finally:
-        await sub.unsubscribe()
+        with contextlib.suppress(nats.errors.Error):  # a closed connection must not hide a cancel
+            await sub.unsubscribe()

@@ -10,7 +10,7 @@ now: only the label changes. A bad version (missing file, wrong digest) is logge
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 import tempfile
 from pathlib import Path
@@ -20,6 +20,7 @@ from transformers import PreTrainedModel
 from voltbus.schemas.resources import LLM, ResourcesPublished, WeightsRef
 from voltbus.services.eventlog import Envelope, EventLog
 from voltbus.services.eventlog.objects import SCHEME
+from voltbus.services.restart import supervised
 from voltbus.services.settings import Settings
 
 from .swap import Weights, swap
@@ -76,11 +77,5 @@ async def follow_resources(settings: Settings, model: PreTrainedModel, weights: 
 
 async def follow_forever(settings: Settings, model: PreTrainedModel, weights: Weights, model_name: str) -> None:
     """``follow_resources``, started again after a failure (the bus went away, a stream was recreated)."""
-    while True:
-        try:
-            await follow_resources(settings, model, weights, model_name)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("resources follower failed; starting again in %.1f s", settings.inference.restart_delay_s)
-        await asyncio.sleep(settings.inference.restart_delay_s)
+    body = functools.partial(follow_resources, settings, model, weights, model_name)
+    await supervised("resources follower", body, settings.inference.restart_delay_s, log)

@@ -16,6 +16,7 @@ from voltbus.agent.litagent import LitAgent
 from voltbus.agent.otel import LogTracer
 from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
 from voltbus.services.keys import agent_key_for
+from voltbus.services.restart import cancelled
 from voltbus.services.settings import Settings
 from voltbus.store import AttemptedRollout, Rollout, Store, connect
 
@@ -105,6 +106,8 @@ class Runner:
             try:
                 await self.tracer.flush()
             except Exception as exc:  # keep flushing: the spans stay queued and are retried
+                if cancelled():
+                    raise asyncio.CancelledError from None
                 log.warning("span flush failed (will retry): %s", exc)
             await asyncio.sleep(every)  # the flush period, not synchronization
 

@@ -13,6 +13,7 @@ from nats.aio.client import Client
 from voltbus.schemas.errors import BusAuthRefused, BusUnavailable
 
 from ..settings import NatsSettings
+from .parser import SinkParser
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,8 @@ class Connection(Client):
     A stored message delivered by JetStream (reply subject ``$JS.ACK...``) on a subscription that has a
     sink skips nats-py's per-message work (header parsing, a ``Msg``, the subscription's queue and task):
     about three quarters of what reading a stored event cost a projector (BENCHMARKS.md, issue 4). It goes
-    to the sink in delivery order, payload or not. Anything else (JetStream's flow control and heartbeats,
+    to the sink in delivery order, payload or not; most are cut out of the socket's reads by ``SinkParser``
+    before nats-py's parser sees them. Anything else (JetStream's flow control and heartbeats,
     which are only headers) takes nats-py's usual path to the subscription's callback.
     """
 
@@ -34,6 +36,7 @@ class Connection(Client):
         super().__init__()
         self.sinks: dict[int, Sink] = {}
         """Sink of each subscription id that has one."""
+        self._ps = SinkParser(self)
 
     async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         sink = self.sinks.get(sid)

@@ -61,6 +61,7 @@ from tests.benchmarks.bench_eventlog import (
     write_csv,
 )
 from voltbus.agent.tracing import DummyTracer, clear_active_tracer, set_active_tracer
+from voltbus.projections import forks, reader
 from voltbus.projections.follow import project
 from voltbus.projections.projector import Projector
 from voltbus.schemas.resources import LLM
@@ -108,6 +109,8 @@ class Options:
     """Also run once each: the queue scenario with the other enqueue style, and each scenario with one
     process per AL runner (``runners`` processes)."""
     csv: Path | None = CSV_PATH
+    readers: dict[str, int] = field(default_factory=lambda: ProjectorSettings().readers)
+    """The projector's reader processes per stream, as the projector service runs by default."""
 
 
 @dataclass
@@ -282,6 +285,8 @@ class VoltbusSide:
         self.projector = Projector(self.tmp / f"{self.nats.namespace}.duckdb")
         self.watch = Watch(self.projector)
         p = ProjectorSettings()
+        if any(self.opts.readers.values()):
+            forks.prestart()  # as a running projector has it
         self.following = asyncio.create_task(
             project(
                 self.projector,
@@ -290,6 +295,7 @@ class VoltbusSide:
                 progress=self.watch.progress,
                 batch_size=p.batch_size,
                 max_wait=p.max_wait_s,
+                readers=self.opts.readers,
             )
         )
         self.runners = Runners(self.nats, self.sc, self.opts, self.tmp)
@@ -411,6 +417,7 @@ class VoltbusSide:
             "runners": self.runners.cpu(),
             "nats-server": proc_cpu(self.server.proc.pid),
             "bench (algorithm + projector)": time.process_time(),
+            "projector readers": sum(proc_cpu(r.pid) for r in reader.LIVE),
         }
 
     def check(self, outcome: Outcome, enqueued: list[tuple[str, float]], expected: dict[str, int]) -> None:
@@ -621,6 +628,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         action="store_true",
         help="skip the single runs of the other enqueue style and of one process per AL runner (16 / 8)",
     )
+    for stream, count in d.readers.items():
+        p.add_argument(
+            f"--{stream[:-1] if stream == 'spans' else stream}-readers",
+            type=int,
+            default=count,
+            help=f"projector reader processes of {stream} (%(default)s)",
+        )
     p.add_argument("--csv", type=Path, default=d.csv, help="ledger to append to (%(default)s)")
     p.add_argument("--no-csv", action="store_true", help="do not append to the ledger")
     a = vars(p.parse_args(argv))
@@ -631,6 +645,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     d.reps, d.warmup, d.heartbeat_s, d.claim_wait_s = a["reps"], a["warmup"], a["heartbeat"], a["claim_wait"]
     d.scenarios, d.csv = a["scenarios"], None if a["no_csv"] else a["csv"]
     d.variants, d.enqueue_many = not a["no_variants"], a["enqueue_many"]
+    d.readers = {"spans": a["span_readers"], "control": a["control_readers"]}
     return d
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks import bench_control, bench_eventlog, bench_gateway, bench_projector, bench_runner
+from tests.benchmarks import bench_control, bench_eventlog, bench_gateway, bench_parser, bench_projector, bench_runner
 
 pytestmark = pytest.mark.bench
 
@@ -29,6 +29,12 @@ async def test_bench_control(tmp_path: Path) -> None:
     assert {"enqueue", "claim_c1", "claim_c8", "claim_c32", "complete_c1", "complete_c8", "complete_c32"} <= cases
     for f in figures:
         assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f
+
+
+async def test_bench_parser() -> None:
+    """The feed's parser next to nats-py's on the same reads (every message counted by both)."""
+    (figure,) = await bench_parser.run(messages=2000, reps=2)
+    assert figure.events == 2000 and figure.rate > 0 and figure.raw_rate > 0
 
 
 @pytest.mark.timeout(600)

@@ -11,6 +11,7 @@ import nats.errors
 import nats.js.errors
 
 from voltbus.services.eventlog import BadEvent, Envelope, EventLog
+from voltbus.services.restart import cancelled
 
 from . import forks, reader
 from .lean import projector_feed
@@ -109,7 +110,7 @@ async def project(
             try:
                 return await Local(log_, projector, stream, end).open()
             except AWAY as exc:  # the bus is away (or restarting): wait for it
-                if stop and stop.is_set():
+                if (stop and stop.is_set()) or cancelled():
                     raise
                 log.warning("cannot read %s (%s): trying again", stream, exc)
                 await asyncio.sleep(max(max_wait, 0.25))

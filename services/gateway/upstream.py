@@ -28,6 +28,7 @@ import aiohttp
 import msgspec
 from starlette.responses import JSONResponse
 
+from voltbus.services.restart import cancelled
 from voltbus.services.settings import GatewaySettings
 
 from .errors import error_response
@@ -242,6 +243,8 @@ class Upstream:
             try:
                 await self.probe()
             except Exception:  # a probe must never take the gateway down
+                if cancelled():
+                    raise asyncio.CancelledError from None
                 log.exception("gateway/health_probe_failed")
 
     def health(self) -> dict[str, Any]:

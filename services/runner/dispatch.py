@@ -15,6 +15,7 @@ import nats.errors
 
 from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.rollouts import ErrorInfo
+from voltbus.services.restart import cancelled
 from voltbus.store import AttemptedRollout, Store
 
 log = logging.getLogger(__name__)
@@ -82,8 +83,8 @@ class Dispatcher:
         try:
             got = await self.store.dequeue_for_workers(workers, report_empty=first)
         except (VoltbusError, TimeoutError, nats.errors.Error) as exc:
-            if isinstance(exc, nats.errors.ConnectionClosedError):
-                raise  # for good: every slot ends with it
+            if isinstance(exc, nats.errors.ConnectionClosedError) or cancelled():
+                raise  # for good: every slot ends with it (or a cancel turned into this error)
             # JetStream's 503 or no responders while a server restarts, a timeout: the bus comes back
             log.warning("dispatch round failed (retrying in %ss): %s: %s", RETRY_S, type(exc).__name__, exc)
             await asyncio.sleep(RETRY_S)  # a pause before the retry, not a synchronization

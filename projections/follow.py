@@ -99,116 +99,148 @@ async def project(
     cannot start or fail leave their stream to this process, and a batch the database refuses is applied
     again here (in halves, down to the events at fault).
     """
-    lock = asyncio.Lock()
-    counts = readers if isinstance(readers, dict) else dict.fromkeys(STREAMS, int(readers))
-    use = {s: counts.get(s, 0) > 0 and forks.supported() for s in STREAMS}
-    failed = {s: (0, -1) for s in STREAMS}
-    """Per stream: reader failures in a row without progress between them, and the position at the last."""
+    following = Following(projector, log_, ends, stop, progress, batch_size, max_wait, readers)
+    async with asyncio.TaskGroup() as tasks:
+        for stream in STREAMS:
+            tasks.create_task(following.one(stream))
 
-    async def local(stream: str, end: int | None) -> Local:
+
+class Following:
+    """Both streams applied by one projector: each stream's batches from its source, one writer at a time."""
+
+    def __init__(
+        self,
+        projector: Projector,
+        log_: EventLog,
+        ends: dict[str, int] | None,
+        stop: asyncio.Event | None,
+        progress: Progress | None,
+        batch_size: int,
+        max_wait: float,
+        readers: int | dict[str, int],
+    ) -> None:
+        self.projector, self.log, self.ends, self.stop, self.progress = projector, log_, ends, stop, progress
+        self.batch_size, self.max_wait = batch_size, max_wait
+        self.lock = asyncio.Lock()
+        """One writer connection: batches of the two streams take turns."""
+        self.counts = readers if isinstance(readers, dict) else dict.fromkeys(STREAMS, int(readers))
+        self.use = {s: self.counts.get(s, 0) > 0 and forks.supported() for s in STREAMS}
+        self.failed = {s: (0, -1) for s in STREAMS}
+        """Per stream: reader failures in a row without progress between them, and the position at the last."""
+
+    def stopped(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
+    async def local(self, stream: str, end: int | None) -> Local:
         while True:
             try:
-                return await Local(log_, projector, stream, end).open()
+                return await Local(self.log, self.projector, stream, end).open()
             except AWAY as exc:  # the bus is away (or restarting): wait for it
-                if (stop and stop.is_set()) or cancelled():
+                if self.stopped() or cancelled():
                     raise
                 log.warning("cannot read %s (%s): trying again", stream, exc)
-                await asyncio.sleep(max(max_wait, 0.25))
+                await asyncio.sleep(max(self.max_wait, 0.25))
 
-    async def source(stream: str, end: int | None) -> Source:
-        if use[stream]:
+    async def source(self, stream: str, end: int | None) -> Source:
+        if self.use[stream]:
             try:
-                async with lock:  # the writer connection serves one thread at a time
-                    states = await asyncio.to_thread(projector.stored_states) if stream == "control" else []
-                position = projector.positions[stream]
-                settings = log_.settings
-                return await reader.Readers.start(settings, stream, counts[stream], position, end, states)
+                async with self.lock:  # the writer connection serves one thread at a time
+                    states = await asyncio.to_thread(self.projector.stored_states) if stream == "control" else []
+                position = self.projector.positions[stream]
+                settings = self.log.settings
+                return await reader.Readers.start(settings, stream, self.counts[stream], position, end, states)
             except Exception as exc:
                 log.warning("no reader process for %s (%s): reading it in this process", stream, exc)
-                use[stream] = False
-        return await local(stream, end)
+                self.use[stream] = False
+        return await self.local(stream, end)
 
-    async def catch_up(stream: str, to_seq: int) -> None:
+    async def catch_up(self, stream: str, to_seq: int) -> None:
         """The events up to ``to_seq`` read and applied here (after the readers could not prepare them or the
         database refused them)."""
-        here = await local(stream, to_seq)
+        here = await self.local(stream, to_seq)
         try:
-            while projector.positions[stream] < to_seq:
-                items = await here.next(batch_size, max_wait)
+            while self.projector.positions[stream] < to_seq:
+                items = await here.next(self.batch_size, self.max_wait)
                 if items:
-                    async with lock:
-                        await asyncio.to_thread(projector.apply, stream, items)  # type: ignore[arg-type]
+                    async with self.lock:
+                        await asyncio.to_thread(self.projector.apply, stream, items)  # type: ignore[arg-type]
         finally:
             await here.close()
 
-    def failure(stream: str, exc: reader.ReaderFailed) -> None:
+    def failure(self, stream: str, exc: reader.ReaderFailed) -> None:
         """Count a reader failure; the third in a row with no progress between leaves the stream to this process."""
-        count, at = failed[stream]
-        position = projector.positions[stream]
+        count, at = self.failed[stream]
+        position = self.projector.positions[stream]
         count = count + 1 if position == at else 1
-        failed[stream] = (count, position)
+        self.failed[stream] = (count, position)
         if count >= 3:
-            use[stream] = False
+            self.use[stream] = False
             log.warning("%s: reading %s in this process from now on", exc, stream)
         else:
             log.warning("%s: starting the readers of %s again after seq %d", exc, stream, position)
 
-    async def apply(stream: str, batch: Batch) -> None:
+    async def apply(self, stream: str, batch: Batch) -> None:
         if isinstance(batch, Prepared):
-            await asyncio.to_thread(projector.commit, batch)
+            await asyncio.to_thread(self.projector.commit, batch)
         else:
-            await asyncio.to_thread(projector.apply, stream, batch)  # type: ignore[arg-type]
+            await asyncio.to_thread(self.projector.apply, stream, batch)  # type: ignore[arg-type]
 
-    async def one(stream: str) -> None:
-        end = ends[stream] if ends is not None else None
-        if end is not None and projector.positions[stream] >= end:
+    async def one(self, stream: str) -> None:
+        """Apply ``stream`` until its end, a stop, or a divergence from the log."""
+        end = self.ends[stream] if self.ends is not None else None
+        if end is not None and self.projector.positions[stream] >= end:
             return
-        guard = Guard(log_, projector, stream)
-        src = await source(stream, end)
+        guard = Guard(self.log, self.projector, stream)
+        src = await self.source(stream, end)
         held: Batch = None
         try:
-            while not (stop and stop.is_set()) and stream not in projector.diverged:
-                if end is not None and projector.positions[stream] >= end:
+            while not self.stopped() and stream not in self.projector.diverged:
+                if end is not None and self.projector.positions[stream] >= end:
                     return
                 try:
-                    batch, held = held or await src.next(batch_size, max_wait), None
+                    batch, held = held or await src.next(self.batch_size, self.max_wait), None
                 except reader.ReaderFailed as exc:
-                    await src.close()
-                    if exc.cut is not None:  # a row Arrow refused in the reader: the events are applied here
-                        await catch_up(stream, exc.cut)
-                    failure(stream, exc)
+                    src = await self.replace(stream, end, src, exc)
                     guard.seen = (-1, -1)  # the checkpoint is compared with the log before anything new lands
-                    src = await source(stream, end)
                     continue
                 if guard.due(src.seen):  # after a restart: before applying what the new server sent
                     urgent, found = guard.urgent(src.seen), await guard.verify(src.seen)
                     if found is False and urgent:
                         held = batch  # the bus is away: compare before applying anything
-                        await asyncio.sleep(max_wait)
+                        await asyncio.sleep(self.max_wait)
                         continue
                     if isinstance(found, Divergence):
-                        async with lock:
+                        async with self.lock:
                             await guard.react(found)
                         await src.close()  # go on after the checkpoint, dropping what was taken
-                        src = await source(stream, end)
+                        src = await self.source(stream, end)
                         continue
-                if not batch:
-                    continue
-                try:
-                    async with lock:  # one writer connection: batches of the two streams take turns
-                        await apply(stream, batch)
-                except (duckdb.Error, *UNAPPLIABLE) as exc:
-                    if not isinstance(batch, Prepared) or isinstance(exc, MemoryError):
-                        raise
-                    log.warning("batch of %s to seq %d refused (%s): applying it here", stream, batch.last, exc)
-                    await src.close()
-                    await catch_up(stream, batch.last)
-                    src = await source(stream, end)
-                if progress:
-                    progress(stream, projector.positions[stream], end or 0)
+                if batch:
+                    src = await self.write(stream, end, src, batch)
         finally:
             await src.close()
 
-    async with asyncio.TaskGroup() as tasks:
-        for stream in STREAMS:
-            tasks.create_task(one(stream))
+    async def replace(self, stream: str, end: int | None, src: Source, exc: reader.ReaderFailed) -> Source:
+        """A new source after the readers failed; a cut they could not prepare is applied here first."""
+        await src.close()
+        if exc.cut is not None:  # a row Arrow refused in the reader: the events are applied here
+            await self.catch_up(stream, exc.cut)
+        self.failure(stream, exc)
+        return await self.source(stream, end)
+
+    async def write(self, stream: str, end: int | None, src: Source, batch: Batch) -> Source:
+        """Apply one batch (a prepared one the database refuses: its events here, in halves); returns the
+        source to go on with."""
+        try:
+            async with self.lock:
+                await self.apply(stream, batch)
+        except (duckdb.Error, *UNAPPLIABLE) as exc:
+            if not isinstance(batch, Prepared) or isinstance(exc, MemoryError):
+                raise
+            log.warning("batch of %s to seq %d refused (%s): applying it here", stream, batch.last, exc)
+            await src.close()
+            await self.catch_up(stream, batch.last)
+            src = await self.source(stream, end)
+        if self.progress:
+            self.progress(stream, self.projector.positions[stream], end or 0)
+        return src

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from voltbus.services.restart import cancelled
 from voltbus.services.settings import InferenceSettings
 
 from .engine import Engine, Piece, Row
@@ -105,10 +106,12 @@ class Batcher:
                 if jobs:
                     await self._run(jobs)
             except Exception as exc:  # a bug here must fail these requests, not stall every later one
-                log.exception("batch of %d requests failed outside generation", len(jobs))
                 for job in jobs:
                     settle(job.started, exc)
                     settle(job.done, exc)
+                if cancelled():  # the error stood for a cancel: stop, as the cancel asked
+                    raise asyncio.CancelledError from None
+                log.exception("batch of %d requests failed outside generation", len(jobs))
             if not self.waiting:
                 self.arrived.clear()
 

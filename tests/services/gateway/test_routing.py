@@ -16,6 +16,7 @@ from voltbus.services.gateway import build_app
 from voltbus.services.settings import GatewaySettings, NatsSettings, Settings
 from voltbus.store import Store
 
+from ...conftest import wait_for
 from .conftest import model_calls
 from .stub_llm import StubControl, free_port, serve, stub_app
 
@@ -166,11 +167,14 @@ async def test_active_health_checks_mark_a_dead_engine_down(
         cfg = GatewaySettings(upstream_urls=[live, dead], health_check_s=0.05)
         url = await stack.enter_async_context(serve(build_app(Settings(nats=nats_settings, gateway=cfg)), "on"))
         async with httpx.AsyncClient(base_url=url) as http:
-            for _ in range(100):
+            health: dict[str, Any] = {}
+
+            async def one_up() -> bool:
+                nonlocal health
                 health = (await http.get("/healthz")).json()
-                if health["engines_up"] == 1:
-                    break
-                await asyncio.sleep(0.05)
+                return health["engines_up"] == 1
+
+            await wait_for(one_up, 5, "the probe to mark the dead engine down", every=0.05)
     assert [e["state"] for e in health["engines"]] == ["up", "down"]
     assert "transport" in health["engines"][1]["last_error"]
 

@@ -17,6 +17,7 @@ from voltbus.model import build_tokenizer, sequence_logprobs
 from voltbus.services.eventlog import EventLog
 from voltbus.services.settings import InferenceSettings, Settings
 
+from ...conftest import wait_for
 from ..inference.conftest import MODEL, model_dirs, reference, serving  # noqa: F401  (fixtures)
 from .conftest import GatewayFactory, Setup, model_calls
 
@@ -96,7 +97,11 @@ async def test_a_weight_swap_mid_run_never_mislabels_a_recorded_call(
 
     first = [asyncio.create_task(call()) for _ in range(6)]
     async with httpx.AsyncClient(base_url=engine, timeout=60) as http:
-        await asyncio.wait_for(_until_running(http), 30)
+
+        async def running() -> bool:
+            return (await http.get("/stats")).json()["running"] > 0
+
+        await wait_for(running, 30, "a generation in progress", every=0.005)
         swapped = await http.post("/update_weights", json={"path": str(model_dirs[1]), "version": "default:2"})
         assert swapped.status_code == 200, swapped.text
     second = [asyncio.create_task(call()) for _ in range(6)]
@@ -107,8 +112,3 @@ async def test_a_weight_swap_mid_run_never_mislabels_a_recorded_call(
         model = reference[0] if c.resources_id == old else reference[1]
         assert len(c.choices) == 2
         assert all(agrees(model, c.prompt_ids, ch.response_ids, ch.logprobs) for ch in c.choices)
-
-
-async def _until_running(http: httpx.AsyncClient) -> None:
-    while (await http.get("/stats")).json()["running"] == 0:  # noqa: ASYNC110
-        await asyncio.sleep(0.005)

@@ -7,8 +7,8 @@ import asyncio
 
 import httpx
 
+from ...conftest import wait_for
 from .conftest import MODEL
-from .test_swap import until
 
 BODY = {"model": MODEL, "prompt": "4+5=", "max_tokens": 8, "return_token_ids": True}
 
@@ -51,7 +51,7 @@ async def test_client_leaving_a_stream_stops_its_sequence(make_server) -> None:
             stats = (await http.get("/stats")).json()
             return stats["batches"] == 1 and stats["running"] == 0
 
-        await until(ended, what="the batch to end")
+        await wait_for(ended, 20, "the batch to end", every=0.005)
         stats = (await http.get("/stats")).json()
         assert stats["aborted"] == 1 and stats["tokens"] < 480, stats
         assert (await http.post("/v1/completions", json=BODY)).status_code == 200

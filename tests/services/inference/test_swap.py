@@ -4,7 +4,6 @@ progress (no response is labelled with a version that did not sample it), bad we
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from safetensors.torch import save_file
 
 from voltbus.model import sequence_logprobs, weights_sha256
 
+from ...conftest import wait_for
 from .conftest import MODEL, stats
 
 BODY = {"model": MODEL, "prompt": "2+2=", "max_tokens": 12, "temperature": 0, "logprobs": 0, "return_token_ids": True}
@@ -22,15 +22,6 @@ BODY = {"model": MODEL, "prompt": "2+2=", "max_tokens": 12, "temperature": 0, "l
 def agrees(model: Any, choice: dict[str, Any]) -> bool:
     expected = sequence_logprobs(model, choice["prompt_token_ids"], choice["token_ids"])
     return max(abs(a - b) for a, b in zip(choice["logprobs"]["token_logprobs"], expected, strict=True)) <= 1e-5
-
-
-async def until(condition, timeout: float = 20.0, what: str = "condition") -> None:
-    """Wait for an async condition with a deadline."""
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 def test_update_weights_changes_version_and_outputs(make_server, model_dirs: dict, reference: dict) -> None:
@@ -78,7 +69,7 @@ async def test_swap_during_generation_never_mislabels(make_server, model_dirs: d
             return (await http.get("/stats")).json()["running"] > 0
 
         first = [asyncio.create_task(http.post("/v1/completions", json=body | {"n": 2})) for _ in range(8)]
-        await until(running, what="a batch in progress")
+        await wait_for(running, 20, "a batch in progress", every=0.005)
         swap = asyncio.create_task(http.post("/update_weights", json={"path": str(model_dirs[1]), "version": "new"}))
         second = [asyncio.create_task(http.post("/v1/completions", json=body | {"n": 2})) for _ in range(8)]
         answers = [a.json() for a in await asyncio.gather(*first, *second)]
@@ -100,7 +91,7 @@ async def test_pause_holds_new_batches_until_resume(make_server) -> None:
         async def queued() -> bool:
             return (await http.get("/stats")).json()["waiting_requests"] == 1
 
-        await until(queued, what="the request to wait")
+        await wait_for(queued, 20, "the request to wait", every=0.005)
         assert not call.done()
         await http.post("/resume")
         assert (await call).status_code == 200

@@ -8,7 +8,6 @@ import logging
 import struct
 
 import msgspec
-import pyarrow as pa
 
 from .prepare import Cut, Part
 
@@ -77,16 +76,3 @@ def frame(message: Frame) -> bytes:
     """One frame: length-prefixed msgpack."""
     body = _encoder.encode(message)
     return HEAD.pack(len(body)) + body
-
-
-def ipc(table: pa.Table) -> memoryview:
-    """A table as an Arrow IPC stream."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as out:
-        out.write_table(table)
-    return memoryview(sink.getvalue())
-
-
-def from_ipc(data: memoryview) -> pa.Table:
-    """The table of an Arrow IPC stream (referencing ``data``, not copying it)."""
-    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()

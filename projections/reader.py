@@ -38,7 +38,8 @@ import msgspec
 from voltbus.services.settings import NatsSettings
 
 from . import forks
-from .frames import HEAD, Arrived, Batch, Failed, Frame, Start, States, Upto, decoder, frame, from_ipc
+from .frames import HEAD, Arrived, Batch, Failed, Frame, Start, States, Upto, decoder, frame
+from .ipc import from_ipc
 from .prepare import Part, Prepared, rollout_part
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,8 @@ from typing import Any
 from voltbus.services.eventlog import EventLog, connect
 from voltbus.services.settings import NatsSettings
 
-from .frames import BUFFERED, HEAD, Arrived, Batch, Failed, Frame, Start, States, Upto, decoder, frame, ipc
+from .frames import BUFFERED, HEAD, Arrived, Batch, Failed, Frame, Start, States, Upto, decoder, frame
+from .ipc import to_ipc
 from .lean import projector_feed
 from .prepare import Preparer, cut_of, load_states, span_part
 
@@ -151,5 +152,5 @@ def _batch(preparer: Preparer, stream: str, items: list[Any], cut: int, seen: tu
     prepared = preparer.prepare(stream, items)
     if prepared is None:  # nothing past the position (a cut the reader had already passed)
         return Batch(stream=stream, last=cut, stamp=0.0, count=0, tables=[], seen=seen)
-    tables = [(name, ipc(table)) for name, table in prepared.tables]
+    tables = [(name, to_ipc(table)) for name, table in prepared.tables]
     return Batch(**cut_of(prepared), tables=tables, seen=seen)  # type: ignore[arg-type]

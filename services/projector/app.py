@@ -19,13 +19,14 @@ from starlette.routing import Route
 
 from voltbus.projections import forks
 from voltbus.projections.follow import project
+from voltbus.projections.ipc import to_ipc
 from voltbus.projections.projector import Projector
 from voltbus.schemas.errors import InvalidCommand
 from voltbus.services.eventlog import EventLog
 from voltbus.services.natsserver import check_port
 from voltbus.services.settings import Settings
 
-from .sql import query, to_ipc, truncated_to
+from .sql import query, truncated_to
 
 log = logging.getLogger(__name__)
 ARROW = "application/vnd.apache.arrow.stream"

@@ -18,13 +18,14 @@ import pyarrow.parquet
 from voltbus.projections import forks
 from voltbus.projections.adapter import AdapterSettings
 from voltbus.projections.follow import ends_at, project
+from voltbus.projections.ipc import from_ipc
 from voltbus.projections.projector import Projector
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.services.eventlog import EventLog
 from voltbus.services.progress import Meter
 from voltbus.services.settings import Settings
 
-from .sql import from_ipc, query, truncated_to
+from .sql import query, truncated_to
 
 INTERNAL = {"rollout_states"}
 """Tables that are the projector's own bookkeeping, not exported."""

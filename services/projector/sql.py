@@ -79,16 +79,3 @@ def truncated_to(table: pa.Table) -> int | None:
     """The row limit a result was cut at, or None when it is whole."""
     value = (table.schema.metadata or {}).get(TRUNCATED)
     return int(value) if value is not None else None
-
-
-def to_ipc(table: pa.Table) -> bytes:
-    """An Arrow IPC stream of ``table``."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def from_ipc(data: bytes) -> pa.Table:
-    """The table in an Arrow IPC stream."""
-    return pa.ipc.open_stream(data).read_all()

@@ -14,11 +14,11 @@ import httpx
 import msgspec
 
 from voltbus.projections.blocks import SQL_DIR, parse
+from voltbus.projections.ipc import from_ipc
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.schemas.resources import Resource
 from voltbus.schemas.spans import SpanEventInfo, SpanStatus
 from voltbus.services.lifecycle import RolloutState
-from voltbus.services.projector.sql import from_ipc
 
 from .base import StoreBase
 from .types import Attempt, PaginatedResult, ResourcesUpdate, Rollout, Span, Worker

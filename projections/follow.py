@@ -65,7 +65,7 @@ class Local:
 
     @property
     def seen(self) -> tuple[int, int]:
-        return self.feed.subscriptions, self.log.nc.stats["reconnects"]
+        return self.feed.seen
 
     async def open(self) -> Local:
         await self.feed.open(self.projector.positions[self.stream] + 1)
@@ -144,8 +144,10 @@ class Following:
     async def source(self, stream: str, end: int | None) -> Source:
         if self.use[stream]:
             try:
-                async with self.lock:  # the writer connection serves one thread at a time
-                    states = await asyncio.to_thread(self.projector.stored_states) if stream == "control" else []
+                states: list[tuple[str, bytes]] = []
+                if stream == "control":  # the committed folds; the writer connection serves one thread at a time
+                    async with self.lock:
+                        states = await asyncio.to_thread(self.projector.stored_states)
                 position = self.projector.positions[stream]
                 settings = self.log.settings
                 return await reader.Readers.start(settings, stream, self.counts[stream], position, end, states)
@@ -163,7 +165,7 @@ class Following:
                 items = await here.next(self.batch_size, self.max_wait)
                 if items:
                     async with self.lock:
-                        await asyncio.to_thread(self.projector.apply, stream, items)  # type: ignore[arg-type]
+                        await self.apply(stream, items)
         finally:
             await here.close()
 

@@ -83,8 +83,8 @@ atexit.register(_forks.stop)
 def serve_forks(fd: int) -> None:
     """The fork server's loop (see ``Forks``)."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # readers are reaped by the system
-    for stop in (signal.SIGINT, signal.SIGTERM):  # (set before the imports too; readers inherit it) a stop
-        signal.signal(stop, signal.SIG_IGN)  # of the process group reaches the projector: its sockets close
+    # SIGINT and SIGTERM are ignored from SERVE's first line, and readers inherit that: a stop of the process
+    # group reaches the projector, and its sockets' closing ends them
     control = socket.socket(fileno=fd)
     while True:
         message, fds, _, _ = socket.recv_fds(control, 16, 1)

@@ -79,6 +79,9 @@ class Projector:
         self.con.execute("INSERT OR IGNORE INTO projection_meta VALUES ('version', ?)", [str(PROJECTION_VERSION)])
         training.record_settings(self.con, self.blocks, self.adapter)
         self._load()
+        self.ended = training.ended_attempts(self.con, self.blocks)
+        """Attempts no longer in progress as committed (kept up by each commit; a rolled-back one changes none):
+        telemetry of others needs no training rows yet."""
 
     def _load(self) -> None:
         """Positions as the last committed transaction left them; the folds are read again when next needed."""
@@ -86,8 +89,6 @@ class Projector:
         for stream, seq, stamp in self.con.execute("SELECT stream, seq, updated_at FROM checkpoints").fetchall():
             self.positions[stream], self.stamps[stream] = seq, stamp
         self._preparers.clear()
-        self.ended = training.ended_attempts(self.con, self.blocks)
-        """Attempts no longer in progress as committed: telemetry of others needs no training rows yet."""
 
     def preparer(self, stream: str) -> Preparer:
         """This process's preparer of ``stream``, at the committed position (and, for control, the committed

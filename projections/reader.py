@@ -215,9 +215,11 @@ class Readers:
     ) -> Readers:
         """``count`` readers of ``stream`` after ``position``; ``states``: the committed folds (control)."""
         readers: list[Reader] = []
+        shares: list[list[State]] = [[] for _ in range(count)]
+        for state in states:
+            shares[rollout_part(state[0], count)].append(state)
         try:
-            for index in range(count):
-                share = [s for s in states if rollout_part(s[0], count) == index]
+            for index, share in enumerate(shares):
                 part = (index, count)
                 readers.append(await Reader.start(settings, stream, part, position + 1, to_seq, share))
         except BaseException:
@@ -249,8 +251,6 @@ class Readers:
         if not self.asked:
             for r in self.readers:
                 r.arrived.clear()
-            self._ask(batch_size)  # what arrived before the clear
-        if not self.asked:
             waits = [asyncio.ensure_future(r.arrived.wait()) for r in self.readers]
             try:
                 await asyncio.wait(waits, timeout=max_wait, return_when=asyncio.FIRST_COMPLETED)
@@ -274,8 +274,7 @@ class Readers:
         return merge(shares, cut)
 
     async def close(self) -> None:
-        for r in self.readers:
-            await r.close()
+        await asyncio.gather(*(r.close() for r in self.readers))
 
 
 def merge(shares: list[Batch], cut: int) -> Prepared:

@@ -104,7 +104,7 @@ async def _work(
     await feed.open(start.from_seq)
     held: collections.deque[Any] = collections.deque()
     tail = start.from_seq - 1
-    began = seen = (feed.subscriptions, log_.nc.stats["reconnects"])
+    began = seen = feed.seen
     try:
         while end is None or preparer.positions[stream] < end:
             if asks and asks[0] <= tail:  # a cut that every reader has received: this share's tables
@@ -123,7 +123,7 @@ async def _work(
                 await asked.wait()  # enough held: wait for the projector to ask
                 continue
             items = await feed.batch(BATCH_HINT, POLL_S, to_seq=end)  # short: an ask waits for it
-            seen = (feed.subscriptions, log_.nc.stats["reconnects"])
+            seen = feed.seen
             if seen != began:  # what comes now may come from a restarted server: the projector checks first
                 raise Resubscribed(f"the feed re-subscribed or reconnected ({began} -> {seen})")
             if items:

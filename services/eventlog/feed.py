@@ -256,6 +256,12 @@ class Feed:
         self.renewing = True
         await self._renew()
 
+    @property
+    def seen(self) -> tuple[int, int]:
+        """Subscriptions made and the connection's reconnects so far: when either changes, what comes next
+        may come from a restarted server (see ``projections.rewind.Guard``)."""
+        return self.subscriptions, self.nc.stats["reconnects"]
+
     async def last_seq(self) -> int:
         """The stream's last sequence right now."""
         return (await self.js.stream_info(self.stream)).state.last_seq

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -12,7 +11,7 @@ from collections.abc import Callable
 from nats.aio.msg import Msg
 
 from voltbus.schemas.errors import UnknownRollout, VoltbusError
-from voltbus.services.eventlog import Envelope
+from voltbus.services.eventlog import Envelope, unsubscribe
 from voltbus.store import Store
 
 from .tracker import Tracker
@@ -113,5 +112,4 @@ async def dead_letters(store: Store) -> None:
                     log.error("could not park advisory %s: %s", msg.data[:200], exc)
                     await msg.nak(delay=5)
     finally:
-        with contextlib.suppress(Exception):  # a pending fetch would otherwise hold the connection's drain 5 s
-            await sub.unsubscribe()
+        await unsubscribe(sub)  # a pending fetch would otherwise hold the connection's drain 5 s

@@ -6,7 +6,7 @@ ambiguity resolution), aggregate reads, pipelined span publishing and ordered re
 
 from __future__ import annotations
 
-from .connection import connect
+from .connection import connect, unsubscribe
 from .feed import Feed
 from .log import Decider, EventLog, Transacted
 from .records import Appended, BadEvent, Envelope, Passed
@@ -26,4 +26,5 @@ __all__ = [
     "ensure_streams",
     "spans_config",
     "topology_of",
+    "unsubscribe",
 ]

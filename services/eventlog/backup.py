@@ -30,6 +30,7 @@ from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.subjects import Topology
 
 from ..progress import Meter, Say
+from .connection import unsubscribe
 
 FORMAT = "voltbus-backup/1"
 MANIFEST = "manifest.json"
@@ -96,7 +97,7 @@ async def snapshot_stream(nc: Client, stream: str, target: Path, meter: Meter, t
                     await nc.publish(msg.reply, b"")
         partial.replace(target)
     finally:
-        await sub.unsubscribe()
+        await unsubscribe(sub)
     state = answer["state"]
     return {
         "name": stream,

@@ -33,7 +33,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, Header
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError
 
-from .connection import Connection
+from .connection import Connection, unsubscribe
 from .records import BadEvent, Envelope, Passed
 from .replay import BUFFER
 
@@ -177,8 +177,7 @@ class Feed:
             self.nc.sinks.pop(sub._id, None)
         if self.sub is sub:
             self.sub = None
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+        await unsubscribe(sub)
 
     def _received(self, subject: bytes, reply: bytes, data: bytes) -> None:
         """A stored message, in delivery order (called by the connection's parser)."""

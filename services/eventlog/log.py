@@ -25,7 +25,7 @@ from voltbus.schemas.subjects import Topology, aggregate_of, subject_for
 from ..settings import NatsSettings
 from . import objects
 from .append import Expectation, Message, Writer
-from .connection import connect
+from .connection import connect, unsubscribe
 from .feed import Feed
 from .read import read_subject
 from .records import Appended, BadEvent, Envelope
@@ -252,7 +252,7 @@ class EventLog:
         except TimeoutError:
             return None
         finally:
-            await sub.unsubscribe()
+            await unsubscribe(sub)
 
     def feed(self, stream: StreamName = "control") -> Feed:
         """A batch reader of a stream for projectors (open it at a sequence, then take batches)."""

@@ -18,6 +18,7 @@ from nats.js.api import Base, Header
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError, PublishFailed
 
+from .connection import unsubscribe
 from .records import BadEvent, Envelope
 
 BATCH = 256
@@ -56,7 +57,7 @@ async def _batch(nc: Client, stream: str, subject: str, from_seq: int, timeout: 
                     raise PublishFailed([], f"direct get on {stream} failed: {status} {msg.headers}")
                 messages.append(msg)
     finally:
-        await sub.unsubscribe()
+        await unsubscribe(sub)
 
 
 async def _batch_retried(

@@ -9,11 +9,9 @@ replay goes on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 from collections.abc import AsyncGenerator, Callable
 
-import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -21,6 +19,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError
 
+from .connection import unsubscribe
 from .records import BadEvent, Envelope
 
 BUFFER = 4096
@@ -79,5 +78,4 @@ async def replay_stream(
             if not follow and (item.seq >= end or msg.metadata.num_pending == 0):
                 return
     finally:
-        with contextlib.suppress(nats.errors.Error):  # a closed connection must not hide a cancel
-            await sub.unsubscribe()
+        await unsubscribe(sub)

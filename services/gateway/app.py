@@ -27,6 +27,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from voltbus.schemas.errors import InvalidCommand
+from voltbus.services.eventlog import unsubscribe
 from voltbus.services.serving import serve_until
 from voltbus.services.settings import Settings
 from voltbus.store import connect
@@ -91,7 +92,7 @@ def build_app(settings: Settings) -> Starlette:
                     probing.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await probing
-                await watching.unsubscribe()
+                await unsubscribe(watching)
                 await store.close()
 
     return Starlette(routes=routes(), lifespan=lifespan)

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from voltbus.services.eventlog import EventLog
+from voltbus.services.eventlog import EventLog, unsubscribe
 from voltbus.services.settings import NatsSettings
 
 from .dispatch import DispatchMethods
@@ -40,9 +40,9 @@ class Store(RolloutMethods, DispatchMethods, SpanMethods, ResourceMethods, Worke
             with contextlib.suppress(Exception):  # else the ack wait returns them later
                 await msg.nak()
         if self._dispatch_sub is not None:
-            await self._dispatch_sub.unsubscribe()
+            await unsubscribe(self._dispatch_sub)
         if self._latest_watch is not None:
-            await self._latest_watch.unsubscribe()  # type: ignore[attr-defined]
+            await unsubscribe(self._latest_watch)
         await self.log.close()
 
     async def __aenter__(self) -> Store:

@@ -19,6 +19,13 @@ def cancelled() -> bool:
     return task is not None and task.cancelling() > 0
 
 
+def stop_if_cancelled() -> None:
+    """Raise ``CancelledError`` when the running task was asked to stop: for a loop that goes on after an
+    error, which may have stood for the cancel."""
+    if cancelled():
+        raise asyncio.CancelledError
+
+
 async def supervised(
     name: str, body: Callable[[], Awaitable[None]], delay: float, logger: logging.Logger = log
 ) -> None:
@@ -26,12 +33,8 @@ async def supervised(
     while True:
         try:
             await body()
-        except asyncio.CancelledError:
-            raise
         except Exception:
-            if cancelled():
-                raise asyncio.CancelledError from None
-            logger.exception("%s failed; restarting in %.1fs", name, delay)
-        if cancelled():
-            raise asyncio.CancelledError
+            if not cancelled():
+                logger.exception("%s failed; restarting in %.1fs", name, delay)
+        stop_if_cancelled()
         await asyncio.sleep(delay)

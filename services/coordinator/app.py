@@ -44,7 +44,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             log.warning("coordinator: %d task(s) did not stop in 5s; closing the connection under them", len(stuck))
     finally:
         await store.close()
-    for task in stuck:  # on a closed connection whatever held them fails at once, and the cancel is seen
+    for task in stuck:  # a cancel swallowed below (3.11's wait_for) left it waiting on what no close wakes: again
         task.cancel()
     if stuck and (await asyncio.wait(stuck, timeout=5))[1]:
         log.error("coordinator: %d task(s) still running after the connection closed", len(stuck))

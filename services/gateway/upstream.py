@@ -28,7 +28,7 @@ import aiohttp
 import msgspec
 from starlette.responses import JSONResponse
 
-from voltbus.services.restart import cancelled
+from voltbus.services.restart import stop_if_cancelled
 from voltbus.services.settings import GatewaySettings
 
 from .errors import error_response
@@ -243,8 +243,7 @@ class Upstream:
             try:
                 await self.probe()
             except Exception:  # a probe must never take the gateway down
-                if cancelled():
-                    raise asyncio.CancelledError from None
+                stop_if_cancelled()
                 log.exception("gateway/health_probe_failed")
 
     def health(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from voltbus.services.restart import cancelled
+from voltbus.services.restart import stop_if_cancelled
 from voltbus.services.settings import InferenceSettings
 
 from .engine import Engine, Piece, Row
@@ -109,8 +109,7 @@ class Batcher:
                 for job in jobs:
                     settle(job.started, exc)
                     settle(job.done, exc)
-                if cancelled():  # the error stood for a cancel: stop, as the cancel asked
-                    raise asyncio.CancelledError from None
+                stop_if_cancelled()  # the error may have stood for a cancel
                 log.exception("batch of %d requests failed outside generation", len(jobs))
             if not self.waiting:
                 self.arrived.clear()

@@ -16,7 +16,7 @@ from voltbus.agent.litagent import LitAgent
 from voltbus.agent.otel import LogTracer
 from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
 from voltbus.services.keys import agent_key_for
-from voltbus.services.restart import cancelled
+from voltbus.services.restart import stop_if_cancelled
 from voltbus.services.settings import Settings
 from voltbus.store import AttemptedRollout, Rollout, Store, connect
 
@@ -106,8 +106,7 @@ class Runner:
             try:
                 await self.tracer.flush()
             except Exception as exc:  # keep flushing: the spans stay queued and are retried
-                if cancelled():
-                    raise asyncio.CancelledError from None
+                stop_if_cancelled()
                 log.warning("span flush failed (will retry): %s", exc)
             await asyncio.sleep(every)  # the flush period, not synchronization
 

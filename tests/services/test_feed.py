@@ -13,13 +13,13 @@ from ..conftest import wait_for
 from .test_eventlog import queued
 
 
-async def take(f: feed.Feed, count: int, timeout: float = 10.0) -> list[Envelope | BadEvent]:
+async def take(f: feed.Feed, count: int, timeout: float = 10.0) -> list[feed.Item]:
     """Items from ``f`` until ``count`` are taken, or fail at the deadline."""
-    items: list[Envelope | BadEvent] = []
+    items: list[feed.Item] = []
     deadline = time.monotonic() + timeout
     while len(items) < count:
         assert time.monotonic() < deadline, f"the feed delivered {[i.seq for i in items]} and then nothing"
-        items += await f.batch(100, 0.1)  # type: ignore[arg-type]
+        items += await f.batch(100, 0.1)
     return items
 
 

@@ -14,16 +14,7 @@ from voltbus.services.settings import NatsSettings
 
 from ..conftest import start_server
 from .test_eventlog import queued
-
-
-async def take(log: EventLog, feed: object, count: int, timeout: float) -> list[int]:
-    """Sequences from ``feed`` until ``count`` are taken, or fail at the deadline."""
-    seqs: list[int] = []
-    deadline = time.monotonic() + timeout
-    while len(seqs) < count:
-        assert time.monotonic() < deadline, f"the feed delivered {seqs} and then nothing for {timeout}s"
-        seqs += [item.seq for item in await feed.batch(100, 0.2)]  # type: ignore[attr-defined]
-    return seqs
+from .test_feed import take
 
 
 @pytest.mark.timeout(60)
@@ -34,13 +25,13 @@ async def test_feed_resumes_after_a_server_restart_without_repeating(tmp_path: P
         for i in range(10):
             await log.append([queued(f"before-{i}")], expected_seq=0)
         feed = await log.feed("control").open(1)
-        assert await take(log, feed, 10, 10) == list(range(1, 11))
+        assert [i.seq for i in await take(feed, 10, 10)] == list(range(1, 11))
         server.kill()
         server.start()
         for i in range(10):
             await log.append([queued(f"after-{i}")], expected_seq=0)
         began = time.monotonic()
-        assert await take(log, feed, 10, 20) == list(range(11, 21))
+        assert [i.seq for i in await take(feed, 10, 20)] == list(range(11, 21))
         assert time.monotonic() - began < 10  # nats-py alone took 18 s here, or never resumed (the fault suite)
         assert await feed.batch(100, 0.2) == []  # nothing more, nothing repeated
         await feed.close()

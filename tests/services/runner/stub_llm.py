@@ -13,6 +13,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ...conftest import wait_for
+
 
 async def chat(request: Request) -> JSONResponse:
     body = await request.json()
@@ -48,8 +50,7 @@ async def stub_llm() -> AsyncIterator[str]:
     app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
     task = asyncio.create_task(server.serve())
-    while not server.started:  # noqa: ASYNC110
-        await asyncio.sleep(0.01)  # uvicorn offers no start-up event
+    await wait_for(lambda: server.started, 10, "the stub LLM to start")  # uvicorn offers no start-up event
     try:
         yield f"http://127.0.0.1:{port}/v1"
     finally:

@@ -12,6 +12,8 @@ from voltbus.services.runner.heartbeat import Heartbeat
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store
 
+from ...conftest import wait_for
+
 
 async def test_beat_skips_attempts_with_recent_spans_and_writes_workers_on_the_main_loop(
     store: Store, nats_settings: NatsSettings
@@ -22,7 +24,7 @@ async def test_beat_skips_attempts_with_recent_spans_and_writes_workers_on_the_m
     beat.main = (asyncio.get_running_loop(), store)
     beat.start()  # the thread beats once at start with its own connection
     try:
-        await asyncio.to_thread(lambda: _until(lambda: beat.beats >= 1))
+        await wait_for(lambda: beat.beats >= 1, 10, "the heartbeat thread to beat")
     finally:
         await asyncio.to_thread(beat.stop)
     events = [e.event async for e in store.log.replay("spans") if isinstance(e, Envelope)]
@@ -33,11 +35,3 @@ async def test_beat_skips_attempts_with_recent_spans_and_writes_workers_on_the_m
         assert worker is not None and worker.last_heartbeat_time is not None
         assert worker.heartbeat_stats is not None and worker.heartbeat_stats["cpu_cores"]
     assert set(store._known_workers) == set(beat.worker_ids)  # written by the runner's store, not the thread's
-
-
-def _until(condition: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("the heartbeat thread did not beat")
-        time.sleep(0.01)

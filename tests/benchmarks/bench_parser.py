@@ -67,9 +67,10 @@ async def parse(parser_type: type[Parser], reads: list[bytes], n: int) -> Run:
 async def run(messages: int = 20_000, reps: int = 5) -> list[Figure]:
     reads = wire(messages)
     ours, raws = [], []
-    for _ in range(reps):
-        ours.append(await parse(SinkParser, reads, messages))
-        raws.append(await parse(Parser, reads, messages))
+    for rep in range(reps):  # alternating which side goes first
+        sides = [(SinkParser, ours), (Parser, raws)]
+        for parser_type, runs in sides if rep % 2 == 0 else reversed(sides):
+            runs.append(await parse(parser_type, reads, messages))
     return [summarize("parse_control", ours, raws, "SinkParser vs nats-py Parser, 32 KiB reads, no bus")]
 
 

@@ -628,13 +628,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         action="store_true",
         help="skip the single runs of the other enqueue style and of one process per AL runner (16 / 8)",
     )
-    for stream, count in d.readers.items():
-        p.add_argument(
-            f"--{stream[:-1] if stream == 'spans' else stream}-readers",
-            type=int,
-            default=count,
-            help=f"projector reader processes of {stream} (%(default)s)",
-        )
+    p.add_argument(
+        "--span-readers", type=int, default=d.readers["spans"], help="projector readers of spans (%(default)s)"
+    )
+    p.add_argument(
+        "--control-readers", type=int, default=d.readers["control"], help="projector readers of control (%(default)s)"
+    )
     p.add_argument("--csv", type=Path, default=d.csv, help="ledger to append to (%(default)s)")
     p.add_argument("--no-csv", action="store_true", help="do not append to the ledger")
     a = vars(p.parse_args(argv))

@@ -14,7 +14,7 @@ from nats.aio.client import Client
 from voltbus.schemas.errors import BusAuthRefused, BusUnavailable
 
 from ..settings import NatsSettings
-from .parser import SinkParser
+from .parser import STORED, SinkParser
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class Connection(Client):
 
     async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         sink = self.sinks.get(sid)
-        if sink is None or not reply.startswith(b"$JS.ACK."):
+        if sink is None or not reply.startswith(STORED):
             await super()._process_msg(sid, subject, reply, data, headers)
             return
         self.stats["in_msgs"] += 1

@@ -34,6 +34,7 @@ from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError
 
 from .connection import Connection, unsubscribe
+from .parser import STORED
 from .records import BadEvent, Envelope, Passed
 from .replay import BUFFER
 
@@ -68,7 +69,7 @@ def position(reply: bytes) -> Position | None:
     >>> position(b"_INBOX.x") is None
     True
     """
-    if not reply.startswith(b"$JS.ACK."):
+    if not reply.startswith(STORED):
         return None
     tokens = reply.split(b".")
     if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>

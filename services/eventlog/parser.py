@@ -18,7 +18,9 @@ from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 if TYPE_CHECKING:
     from .connection import Connection
 
-_LINE = re.compile(rb"H?MSG ([^ \r\n]+) (\d+) (\$JS\.ACK\.[^ \r\n]+) (?:(\d+) )?(\d+)\r\n")
+STORED = b"$JS.ACK."
+"""How the reply subject of a stored message JetStream delivers begins (what a sink takes)."""
+_LINE = re.compile(rb"H?MSG ([^ \r\n]+) (\d+) (" + re.escape(STORED) + rb"[^ \r\n]+) (?:(\d+) )?(\d+)\r\n")
 """A sink message's line: subject, subscription id, JetStream reply, header bytes (HMSG), total bytes."""
 
 

@@ -125,13 +125,10 @@ class Feed:
         """Messages the consumer had yet to deliver when it sent the last one received."""
         self.held: list[str] = []
         """Flow-control and stall replies held back while the buffer is full (the server waits for them)."""
-        self.renewing = False
-        """True while the consumer is replaced (one replacement at a time; the old one's deliveries after a gap
-        do not fit ``expect`` and are dropped, the new one counts from 1)."""
         self.renewed = 0.0
         """When the consumer was last replaced (replacements are at least ``RENEW_S`` apart)."""
         self.task: asyncio.Task[None] | None = None
-        """A replacement started from a delivery (a gap or a heartbeat)."""
+        """The last replacement of the consumer (after a gap, a heartbeat that did not fit, or a stall)."""
         self.idle_since = time.monotonic()
         self.subscriptions = 0
         """How often the feed subscribed (a re-subscription follows a gap or a server restart)."""
@@ -224,21 +221,28 @@ class Feed:
         else:
             self.held.append(reply)
 
-    def _reset(self, why: str) -> None:
+    @property
+    def renewing(self) -> bool:
+        """Whether the consumer is being replaced (one replacement at a time; the old one's deliveries after a
+        gap do not fit ``expect`` and are dropped, the new one counts from 1)."""
+        return self.task is not None and not self.task.done()
+
+    def _reset(self, why: str) -> asyncio.Task[None]:
+        """Replace the consumer (unless that is under way already); returns the replacement."""
         if not self.renewing:
             log.warning("feed of %s before seq %d: %s; re-subscribing", self.stream, self.tail, why)
-            self.renewing = True
             self.task = asyncio.get_running_loop().create_task(self._renew())
+        assert self.task is not None
+        return self.task
 
     async def _renew(self) -> None:
-        """A new consumer (on a new inbox) from the first message not yet received (``renewing`` is set)."""
+        """A new consumer (on a new inbox) from the first message not yet received."""
         try:
             await self._drop(self.sub)
             await asyncio.sleep(max(0.0, self.renewed + RENEW_S - time.monotonic()))
             with contextlib.suppress(TimeoutError, nats.errors.Error):
                 await self._subscribe()
         finally:
-            self.renewing = False
             self.renewed = time.monotonic()
 
     async def _unstall(self) -> None:
@@ -252,9 +256,7 @@ class Feed:
             return  # the bus is away; ask again later
         if last < self.tail or self.buffer or self.renewing:
             return
-        log.warning("feed of %s stalled before seq %d (stream at %d): re-subscribing", self.stream, self.tail, last)
-        self.renewing = True
-        await self._renew()
+        await self._reset(f"stalled (the stream is at {last})")
 
     @property
     def seen(self) -> tuple[int, int]:

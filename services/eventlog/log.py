@@ -94,7 +94,8 @@ class EventLog:
     async def put_weights(self, name: str, path: Path | bytes) -> str:
         """Store a weights file (or bytes: a packed checkpoint) in the bus (``nats-obj://<ns>-weights/<name>``);
         returns its reference."""
-        return await objects.put_file(self.js, self.weights_bucket, name, path, self.settings.replicas)
+        s = self.settings
+        return await objects.put_file(self.js, self.weights_bucket, name, path, s.replicas, s.publish_retries)
 
     async def fetch_weights(self, uri: str, cache: Path, sha256: str, suffix: str = ".safetensors") -> Path:
         """A local, digest-checked copy of weights (or a checkpoint) stored in the bus (fetched once per digest)."""

@@ -7,15 +7,29 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from pathlib import Path
 
+import nats.errors
+import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import NotFoundError
 
-from voltbus.schemas.errors import VoltbusError
+from voltbus.schemas.errors import PublishFailed, VoltbusError
 
 SCHEME = "nats-obj://"
+RETRY_S = 0.5
+"""Pause before a put is made again."""
+AWAY = (
+    TimeoutError,
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.js.errors.ServiceUnavailableError,
+)
+"""What a put raises while the bus is away or restarting."""
+log = logging.getLogger(__name__)
 
 
 class ObjectMissing(VoltbusError):
@@ -43,9 +57,25 @@ def parse_uri(uri: str) -> tuple[str, str]:
     return bucket, name
 
 
-async def put_file(js: JetStreamContext, bucket: str, name: str, path: Path | bytes, replicas: int = 1) -> str:
+async def put_file(
+    js: JetStreamContext, bucket: str, name: str, path: Path | bytes, replicas: int = 1, retries: int = 0
+) -> str:
     """Store ``path`` (a file, or bytes already in memory) as object ``name`` (the bucket, with
-    ``replicas`` copies, is created if needed); returns its reference."""
+    ``replicas`` copies, is created if needed); returns its reference. A put the bus does not acknowledge
+    (a server restarting under it) is made again, whole, up to ``retries`` times: a put replaces the object."""
+    for attempt in range(retries + 1):
+        try:
+            await _put(js, bucket, name, path, replicas)
+            return object_uri(bucket, name)
+        except AWAY as exc:
+            if attempt == retries:
+                raise PublishFailed([name], f"object {name} not stored after {retries + 1} tries: {exc!r}") from exc
+            log.warning("object %s: %r (try %d), storing it again", name, exc, attempt + 1)
+            await asyncio.sleep(RETRY_S)  # a pause for the bus to come back, not a synchronization
+    raise AssertionError("unreachable")
+
+
+async def _put(js: JetStreamContext, bucket: str, name: str, path: Path | bytes, replicas: int) -> None:
     try:
         store = await js.object_store(bucket)
     except NotFoundError:
@@ -57,7 +87,6 @@ async def put_file(js: JetStreamContext, bucket: str, name: str, path: Path | by
     else:
         with path.open("rb") as f:
             await store.put(name, f)
-    return object_uri(bucket, name)
 
 
 async def fetch_file(js: JetStreamContext, uri: str, cache: Path, sha256: str, suffix: str = ".safetensors") -> Path:

@@ -65,6 +65,9 @@ class ClaimRollout(Command, frozen=True, kw_only=True):
     """The claiming worker."""
     at: Timestamp
     """Claim time."""
+    start: bool = False
+    """The claimant starts the agent at once (a runner): the attempt opens ``running``, with no
+    ``AttemptStarted`` of its own. False (``dequeue_rollout``): it opens ``preparing``, as in Agent Lightning."""
 
 
 class StartAttempt(Command, frozen=True, kw_only=True):

@@ -94,6 +94,9 @@ class AttemptClaimed(Event, frozen=True, kw_only=True):
     """When the attempt was claimed (the attempt's ``start_time``)."""
     dispatch_event_id: Id | None = None
     """The queued/requeued event this claim consumed; None for a direct ``start_attempt``."""
+    running: bool = False
+    """The claimant started the agent at once: the attempt is ``running`` from the claim on (its first
+    heartbeat is the claim), and no ``AttemptStarted`` follows. False: ``preparing`` until one does."""
 
 
 class AttemptStarted(Event, frozen=True, kw_only=True):

@@ -144,6 +144,7 @@ def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
                     worker_id=cmd.worker_id,
                     at=cmd.at,
                     dispatch_event_id=getattr(cmd, "dispatch_event_id", None),
+                    running=getattr(cmd, "start", False),
                 )
             ]
         case MarkAttemptRunning():

@@ -10,6 +10,7 @@ from voltbus.schemas.rollouts import (
     AttemptFailed,
     AttemptMarkedUnresponsive,
     AttemptStarted,
+    AttemptStatus,
     AttemptSucceeded,
     AttemptTimedOut,
     AttemptUpdated,
@@ -82,13 +83,16 @@ def evolve(state: RolloutState, event: RolloutEvent) -> RolloutState:
         case RolloutRequeued():
             return replace(state, status="requeuing", dispatch_event_id=event.event_id)
         case AttemptClaimed() if state.attempt(event.attempt_id) is None:
+            status: AttemptStatus = "running" if event.running else "preparing"
             new = AttemptState(
                 attempt_id=event.attempt_id,
                 sequence_id=event.sequence_id,
                 worker_id=event.worker_id,
                 start_time=event.at,
+                status=status,
+                last_heartbeat_time=event.at if event.running else None,
             )
-            return replace(state, status="preparing", attempts=(*state.attempts, new), dispatch_event_id=None)
+            return replace(state, status=status, attempts=(*state.attempts, new), dispatch_event_id=None)
         case AttemptStarted() if state.attempt(event.attempt_id) is not None:
             moved = _with_attempt(state, event.attempt_id, status="running", last_heartbeat_time=event.at)
             return replace(moved, status="running") if _is_latest(state, event.attempt_id) else moved

@@ -81,7 +81,7 @@ class Dispatcher:
             return
         first = [w for w in workers if w not in self.reported]
         try:
-            got = await self.store.dequeue_for_workers(workers, report_empty=first)
+            got = await self.store.dequeue_for_workers(workers, report_empty=first, start=True)
         except (VoltbusError, TimeoutError, nats.errors.Error) as exc:
             if isinstance(exc, nats.errors.ConnectionClosedError) or cancelled():
                 raise  # for good: every slot ends with it (or a cancel turned into this error)

@@ -106,7 +106,8 @@ async def run_rollout(
     limit: asyncio.Timeout | None = None
     try:
         resources = with_key(resources if resources is not None else await resources_for(store, rollout), key)
-        await store.update_attempt(rid, aid, status="running")
+        if rollout.attempt.status != "running":  # the runner's own claims open running already
+            await store.update_attempt(rid, aid, status="running")
         await fire(hooks, "on_rollout_start", agent=agent, runner=runner, rollout=rollout)
         with tracer.attempt(rid, aid):
             await fire(hooks, "on_trace_start", agent=agent, runner=runner, tracer=tracer, rollout=rollout)

@@ -30,6 +30,22 @@ async def test_dequeue_for_workers_claims_fifo_one_each(store: Store) -> None:
     assert await store.dequeue_for_workers(["w4"]) == {}
 
 
+async def test_a_claim_for_workers_that_start_at_once_opens_the_attempt_running(store: Store) -> None:
+    rollout = await store.enqueue_rollout({"i": 1})
+    before = (await store.log.js.stream_info(store.topology.control_stream)).state.last_seq
+    got = await store.dequeue_for_workers(["w1"], start=True)
+    attempt = got["w1"].attempt
+    assert (got["w1"].status, attempt.status, attempt.last_heartbeat_time) == ("running", "running", attempt.start_time)
+    stored = await store.get_rollout_by_id(rollout.rollout_id)
+    assert stored is not None and stored.status == "running"
+    kinds = [type(e.event).__name__ async for e in store.log.replay("control", from_seq=before + 1)]
+    assert kinds == ["AttemptClaimed", "WorkerStatusReported"]  # no AttemptStarted of its own
+    worker = await store.get_worker_by_id("w1")
+    assert worker is not None and worker.status == "busy" and worker.current_attempt_id == attempt.attempt_id
+    done = await store.finish_attempt(rollout.rollout_id, attempt.attempt_id, worker_id="w1")
+    assert done.status == "succeeded"
+
+
 async def test_remembered_state_yields_to_another_writer(store: Store, nats_settings: NatsSettings) -> None:
     first = await store.enqueue_rollout("kept")
     second = await store.enqueue_rollout("cancelled behind our back")

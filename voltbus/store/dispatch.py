@@ -80,17 +80,18 @@ class DispatchMethods(StoreBase):
         msgs, self._spare_dispatch = self._spare_dispatch[:n], self._spare_dispatch[n:]
         return msgs
 
-    async def _claim_or_nak(self, msg: Msg, worker_id: str | None) -> RolloutState | None:
+    async def _claim_or_nak(self, msg: Msg, worker_id: str | None, start: bool = False) -> RolloutState | None:
         """``_claim``; when it fails, the message is redelivered (after a second) and None returned."""
         try:
-            return await self._claim(msg, worker_id)
+            return await self._claim(msg, worker_id, start)
         except (VoltbusError, TimeoutError) as exc:  # keep the claims already made; redeliver this one
             log.warning("claim of %s failed: %s", msg.subject, exc)
             await msg.nak(delay=1)
             return None
 
-    async def _claim(self, msg: Msg, worker_id: str | None) -> RolloutState | None:
-        """Claim one dispatch message's rollout: an OCC append; a stale or lost claim just moves on."""
+    async def _claim(self, msg: Msg, worker_id: str | None, start: bool = False) -> RolloutState | None:
+        """Claim one dispatch message's rollout: an OCC append; a stale or lost claim just moves on.
+        ``start``: the attempt opens running (see ``ClaimRollout.start``)."""
         try:
             event = codec.decode_control(msg.data)
         except DecodeError as exc:
@@ -111,6 +112,7 @@ class DispatchMethods(StoreBase):
             dispatch_event_id=event.event_id,
             worker_id=worker_id,
             at=self.clock(),
+            start=start,
         )
         try:
             state = await self._apply(event.rollout_id, cmd)
@@ -121,12 +123,14 @@ class DispatchMethods(StoreBase):
         return state
 
     async def dequeue_for_workers(
-        self, worker_ids: Sequence[str], report_empty: Sequence[str] = ()
+        self, worker_ids: Sequence[str], report_empty: Sequence[str] = (), start: bool = False
     ) -> dict[str, AttemptedRollout]:
         """Claim at most one queued rollout (FIFO) for each worker, in order, with one fetch that waits
         up to ``dequeue_wait_s``; return worker id -> claimed rollout. Each claimant is reported busy,
         as by ``dequeue_rollout``; the workers in ``report_empty`` that got nothing are reported idle
-        (an empty dequeue), the others are not reported (a slot that just finished is idle already)."""
+        (an empty dequeue), the others are not reported (a slot that just finished is idle already).
+        ``start``: the workers start their agents at once, so each attempt opens ``running`` with its
+        claim (one append per rollout fewer than claiming, then marking it running)."""
         if not worker_ids:
             return {}
         sub = await self._dispatch_subscription()
@@ -135,7 +139,7 @@ class DispatchMethods(StoreBase):
         except TimeoutError:  # nats-py raises both its own and asyncio's TimeoutError here
             msgs = []
         pairs = list(zip(worker_ids, msgs, strict=False))  # msgs: at most one per worker
-        states = await asyncio.gather(*(self._claim_or_nak(m, w) for w, m in pairs))
+        states = await asyncio.gather(*(self._claim_or_nak(m, w, start) for w, m in pairs))
         claimed: dict[str, RolloutState] = {w: s for (w, _), s in zip(pairs, states, strict=True) if s is not None}
         reports = [self._sync_worker(w, s, dequeued=True) for w, s in claimed.items()]
         reports += [self._sync_worker(w, None, dequeued=True) for w in report_empty if w not in claimed]

@@ -135,8 +135,10 @@ def start(config: RolloutConfig = ONCE) -> StartRollout:
     return StartRollout(rollout_id=R, attempt_id="at-1", input=INPUT, config=config, worker_id="w-1", at=T0)
 
 
-def claim(attempt_id: str = "at-1", dispatch: str = "ev-queued") -> ClaimRollout:
-    return ClaimRollout(rollout_id=R, attempt_id=attempt_id, dispatch_event_id=dispatch, worker_id="w-1", at=T1)
+def claim(attempt_id: str = "at-1", dispatch: str = "ev-queued", start: bool = False) -> ClaimRollout:
+    return ClaimRollout(
+        rollout_id=R, attempt_id=attempt_id, dispatch_event_id=dispatch, worker_id="w-1", at=T1, start=start
+    )
 
 
 def finish(
@@ -227,6 +229,19 @@ def test_a_claimed_rollout_is_preparing_and_has_nothing_left_to_claim() -> None:
     state = fold([queued(), claimed()])
     assert (state.status, state.dispatch_event_id) == ("preparing", None)
     assert state.attempts == (AttemptState(attempt_id="at-1", sequence_id=1, worker_id="w-1", start_time=T1),)
+
+
+def test_a_claim_that_starts_the_agent_opens_the_attempt_running_in_one_event() -> None:
+    events = decide(claim(start=True), fold([queued()]))
+    assert [(type(e).__name__, getattr(e, "running", None)) for e in events] == [("AttemptClaimed", True)]
+    state = fold([queued(), *events])
+    assert (state.status, state.dispatch_event_id) == ("running", None)
+    assert state.attempts == (
+        AttemptState(
+            attempt_id="at-1", sequence_id=1, status="running", worker_id="w-1", start_time=T1, last_heartbeat_time=T1
+        ),
+    )
+    assert decide(mark_running(), state) == []  # already running: nothing more to record
 
 
 def test_a_claim_of_a_requeued_rollout_opens_the_next_attempt() -> None:

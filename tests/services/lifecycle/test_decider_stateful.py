@@ -153,8 +153,8 @@ class RolloutMachine(RuleBasedStateMachine):
         attempts = self.state(rollout_id).attempts
         return attempts[which].attempt_id if -len(attempts) <= which < len(attempts) else "at-unknown"
 
-    @rule(rid=ROLLOUTS, aid=NEW_ATTEMPT, which=DISPATCH, worker=WORKERS, at=TIMES)
-    def claim(self, rid: str, aid: str | None, which: int, worker: str | None, at: float) -> None:
+    @rule(rid=ROLLOUTS, aid=NEW_ATTEMPT, which=DISPATCH, worker=WORKERS, at=TIMES, start=st.booleans())
+    def claim(self, rid: str, aid: str | None, which: int, worker: str | None, at: float, start: bool) -> None:
         """which: -1 the current dispatch id, n >= 0 the n-th seen (often stale), else a bogus one."""
         seen = self.dispatches.get(rid, [])
         current = self.state(rid).dispatch_event_id
@@ -165,7 +165,11 @@ class RolloutMachine(RuleBasedStateMachine):
         else:
             dispatch = "ev-bogus"
         aid = self.new_attempt_id(aid)
-        self.apply(ClaimRollout(rollout_id=rid, attempt_id=aid, dispatch_event_id=dispatch, worker_id=worker, at=at))
+        self.apply(
+            ClaimRollout(
+                rollout_id=rid, attempt_id=aid, dispatch_event_id=dispatch, worker_id=worker, at=at, start=start
+            )
+        )
 
     @rule(rid=ROLLOUTS, aid=NEW_ATTEMPT, worker=WORKERS, at=TIMES)
     def start_attempt(self, rid: str, aid: str | None, worker: str | None, at: float) -> None:

@@ -23,7 +23,8 @@ async def test_waiting_slots_get_queued_rollouts_in_order_then_none_on_stop(stor
     order = [r.rollout_id for r in queued]
     assert sorted((r.rollout_id for r in done.values()), key=order.index) == order  # type: ignore[union-attr]
     for worker_id, rollout in done.items():
-        assert rollout is not None and rollout.status == "preparing" and rollout.attempt.worker_id == worker_id
+        assert rollout is not None and rollout.attempt.worker_id == worker_id
+        assert (rollout.status, rollout.attempt.status) == ("running", "running")  # the runner starts it at once
     (left,) = set(claims) - set(done)
     stop.set()
     assert await asyncio.wait_for(claims[left], 10) is None  # the slot with nothing is released at stop

@@ -105,11 +105,12 @@ async def test_sigterm_lets_the_running_rollout_finish(store: Store, nats_settin
 
 
 async def first_running(store: Store, rollout_id: str) -> None:
+    """Until an attempt of the rollout runs (a runner's claim opens it running)."""
     replay = store.log.replay("control", follow=True, subject=store.topology.rollout_any(rollout_id))
     try:
         async with asyncio.timeout(30):
             async for item in replay:
-                if isinstance(item, Envelope) and type(item.event).__name__ == "AttemptStarted":
+                if isinstance(item, Envelope) and getattr(item.event, "running", False):
                     return
     finally:
         await replay.aclose()  # type: ignore[attr-defined]

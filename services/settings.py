@@ -188,6 +188,10 @@ class RunnerSettings(BaseModel):
     """Seconds between heartbeats (sent from a thread a busy agent cannot block)."""
     claim_wait_s: float = 1.0
     """How long an idle slot waits for a queued rollout per fetch."""
+    busy_report_s: float = Field(default=1.0, ge=0)
+    """A slot's worker is reported busy once its attempt has run this long (0: at the claim). An attempt
+    that ends sooner writes no worker status at all: its claim and end already name the worker, and
+    fast agents then cost two appends per rollout fewer. Heartbeats are not affected."""
     isolate: bool = False
     """Run each rollout in its own process, killed (whole process group) at the rollout's timeout."""
     shutdown_grace_s: float = 30.0

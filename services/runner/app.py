@@ -11,10 +11,13 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
+import nats.errors
+
 from voltbus.agent.instrument import instrument_openai, uninstrument_openai
 from voltbus.agent.litagent import LitAgent
 from voltbus.agent.otel import LogTracer
 from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
+from voltbus.schemas.errors import VoltbusError
 from voltbus.services.keys import agent_key_for
 from voltbus.services.restart import stop_if_cancelled
 from voltbus.services.settings import Settings
@@ -44,13 +47,14 @@ class Runner:
         self.heartbeat: Heartbeat | None = None
         self.dispatcher: Dispatcher | None = None
         self.finished = 0
+        self._busy_reports: set[asyncio.Task[None]] = set()
         if cfg.isolate and self.agent_path is None:
             raise ValueError("--isolate needs the agent as an import path ('module:attr')")
 
     async def __aenter__(self) -> Runner:
         nats = self.settings.nats.model_copy(update={"dequeue_wait_s": self.settings.runner.claim_wait_s})
         self.store = await connect(settings=nats, name="voltbus-runner")
-        self.dispatcher = Dispatcher(self.store)
+        self.dispatcher = Dispatcher(self.store, report_claims=self.settings.runner.busy_report_s == 0)
         self.tracer = LogTracer(self.store)
         set_active_tracer(self.tracer)
         instrument_openai(self.tracer)
@@ -62,6 +66,9 @@ class Runner:
         return self
 
     async def __aexit__(self, *_: object) -> None:
+        for task in list(self._busy_reports):
+            task.cancel()
+        await asyncio.gather(*self._busy_reports, return_exceptions=True)
         if self.heartbeat:
             await asyncio.to_thread(self.heartbeat.stop)
         uninstrument_openai()
@@ -76,6 +83,8 @@ class Runner:
         assert self.store is not None and self.tracer is not None and self.heartbeat is not None
         self.heartbeat.active[worker_id] = (rollout.rollout_id, rollout.attempt.attempt_id)
         key = agent_key_for(self.settings.gateway, rollout.rollout_id)
+        delay = self.settings.runner.busy_report_s
+        busy = asyncio.get_running_loop().call_later(delay, self._report_busy, worker_id, rollout.rollout_id)
         try:
             if self.settings.runner.isolate and self.agent_path:
                 gateway = self.settings.runner.gateway_url
@@ -85,9 +94,25 @@ class Runner:
                 agent, hooks = self.agent, self.hooks
                 await run_rollout(self.store, self.tracer, agent, rollout, hooks, self, raise_errors, key)
         finally:
+            busy.cancel()
             self.heartbeat.active.pop(worker_id, None)
             self.tracer.published.pop(rollout.rollout_id, None)
             self.finished += 1
+
+    def _report_busy(self, worker_id: str, rollout_id: str) -> None:
+        """Report the slot's worker busy: its attempt has run ``busy_report_s`` (0: claims reported it)."""
+        if self.store is None or self.settings.runner.busy_report_s == 0:
+            return
+        task = asyncio.create_task(self._busy(self.store, worker_id, rollout_id))
+        self._busy_reports.add(task)
+        task.add_done_callback(self._busy_reports.discard)
+
+    @staticmethod
+    async def _busy(store: Store, worker_id: str, rollout_id: str) -> None:
+        try:
+            await store.report_worker_busy(worker_id, rollout_id)
+        except (VoltbusError, TimeoutError, nats.errors.Error) as exc:  # not worth failing the rollout over
+            log.warning("worker %s: busy status not reported: %s", worker_id, exc)
 
     async def slot(self, worker_id: str, stop: asyncio.Event, max_rollouts: int | None = None) -> None:
         """Claim and run rollouts until ``stop`` (or ``max_rollouts`` claimed by this slot)."""

@@ -27,8 +27,10 @@ RETRY_S = 0.5
 class Dispatcher:
     """Claims rollouts for the slots that wait, with one fetch per round."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, report_claims: bool = True) -> None:
         self.store = store
+        self.report_claims = report_claims
+        """Report each claimant busy at its claim (else the runner reports the attempts that run long)."""
         self.waiting: dict[str, asyncio.Future[AttemptedRollout | None]] = {}
         self.reported: set[str] = set()
         self.wake = asyncio.Event()
@@ -81,7 +83,9 @@ class Dispatcher:
             return
         first = [w for w in workers if w not in self.reported]
         try:
-            got = await self.store.dequeue_for_workers(workers, report_empty=first, start=True)
+            got = await self.store.dequeue_for_workers(
+                workers, report_empty=first, start=True, report_claims=self.report_claims
+            )
         except (VoltbusError, TimeoutError, nats.errors.Error) as exc:
             if isinstance(exc, nats.errors.ConnectionClosedError) or cancelled():
                 raise  # for good: every slot ends with it (or a cancel turned into this error)

@@ -137,3 +137,16 @@ async def test_the_latest_resources_are_caught_up_after_a_server_restart(tmp_pat
             if client is not None:
                 await client.close()
         server.stop()
+
+
+async def test_a_late_busy_report_never_outlives_the_attempt(store: Store) -> None:
+    first = await store.enqueue_rollout({"i": 1})
+    got = await store.dequeue_for_workers(["w1"], start=True, report_claims=False)
+    assert await store.get_worker_by_id("w1") is None  # not reported at the claim
+    await store.report_worker_busy("w1", first.rollout_id)
+    busy = await store.get_worker_by_id("w1")
+    assert busy is not None and (busy.status, busy.current_rollout_id) == ("busy", first.rollout_id)
+    await store.finish_attempt(first.rollout_id, got["w1"].attempt.attempt_id, worker_id="w1")
+    await store.report_worker_busy("w1", first.rollout_id)  # the timer fired as the attempt ended
+    idle = await store.get_worker_by_id("w1")
+    assert idle is not None and (idle.status, idle.current_attempt_id) == ("idle", None)

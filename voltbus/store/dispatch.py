@@ -123,14 +123,20 @@ class DispatchMethods(StoreBase):
         return state
 
     async def dequeue_for_workers(
-        self, worker_ids: Sequence[str], report_empty: Sequence[str] = (), start: bool = False
+        self,
+        worker_ids: Sequence[str],
+        report_empty: Sequence[str] = (),
+        start: bool = False,
+        report_claims: bool = True,
     ) -> dict[str, AttemptedRollout]:
         """Claim at most one queued rollout (FIFO) for each worker, in order, with one fetch that waits
         up to ``dequeue_wait_s``; return worker id -> claimed rollout. Each claimant is reported busy,
         as by ``dequeue_rollout``; the workers in ``report_empty`` that got nothing are reported idle
         (an empty dequeue), the others are not reported (a slot that just finished is idle already).
         ``start``: the workers start their agents at once, so each attempt opens ``running`` with its
-        claim (one append per rollout fewer than claiming, then marking it running)."""
+        claim (one append per rollout fewer than claiming, then marking it running). ``report_claims``
+        False: the claimants are not reported busy here (a runner reports the attempts that outlive
+        ``busy_report_s`` with ``report_worker_busy``)."""
         if not worker_ids:
             return {}
         sub = await self._dispatch_subscription()
@@ -141,7 +147,7 @@ class DispatchMethods(StoreBase):
         pairs = list(zip(worker_ids, msgs, strict=False))  # msgs: at most one per worker
         states = await asyncio.gather(*(self._claim_or_nak(m, w, start) for w, m in pairs))
         claimed: dict[str, RolloutState] = {w: s for (w, _), s in zip(pairs, states, strict=True) if s is not None}
-        reports = [self._sync_worker(w, s, dequeued=True) for w, s in claimed.items()]
+        reports = [self._sync_worker(w, s, dequeued=True) for w, s in claimed.items() if report_claims]
         reports += [self._sync_worker(w, None, dequeued=True) for w in report_empty if w not in claimed]
         for failure in await asyncio.gather(*reports, return_exceptions=True):
             if isinstance(failure, BaseException):  # a report is not worth losing the claims over

@@ -110,31 +110,7 @@ class WorkerMethods(StoreBase):
             return
 
         def follow(w: WorkerStatusReported, now: float) -> WorkerStatusReported | None:
-            seen = {"last_dequeue_time": now} if dequeued else {}
-            attempt = state.latest if state else None
-            if attempt is None or attempt.worker_id not in (None, worker_id):
-                if w.status == "idle" and dequeued and w.last_dequeue_time is not None:
-                    return None  # an idle worker polling again: nothing new worth a durable write
-                return replace(
-                    w, status="idle", last_idle_time=now, current_rollout_id=None, current_attempt_id=None, **seen
-                )
-            if attempt.status in ("preparing", "running"):
-                if w.status == "busy" and w.current_attempt_id == attempt.attempt_id and not dequeued:
-                    return None  # already reported
-                return replace(
-                    w,
-                    status="busy",
-                    last_busy_time=now,
-                    current_rollout_id=state.rollout_id,  # type: ignore[union-attr]
-                    current_attempt_id=attempt.attempt_id,
-                    **seen,
-                )
-            status = "idle" if attempt.status in ("succeeded", "failed") else "unknown"
-            if w.status == status and w.current_attempt_id is None and not dequeued:
-                return None  # already reported
-            return replace(
-                w, status=status, last_idle_time=now, current_rollout_id=None, current_attempt_id=None, **seen
-            )
+            return _follow(w, now, worker_id, state, dequeued)
 
         # "Already busy with this attempt" need not be confirmed on the stored snapshot: only this
         # attempt's claimant reports it busy, and anyone else changes that only by ending the attempt
@@ -144,3 +120,45 @@ class WorkerMethods(StoreBase):
             latest is not None and latest.worker_id in (None, worker_id) and latest.status in ("preparing", "running")
         )
         await self._report(worker_id, follow, recheck=dequeued or not active)
+
+    async def report_worker_busy(self, worker_id: str, rollout_id: str) -> None:
+        """voltbus addition (the runner's): report ``worker_id`` busy with the rollout's attempt, if that
+        attempt still runs under it as this client last wrote it. A runner calls this once an attempt
+        outlives ``busy_report_s``; an attempt that ended meanwhile (its end is this client's own write,
+        made one report at a time with this one) leaves the status as its end set it."""
+
+        def busy(w: WorkerStatusReported, now: float) -> WorkerStatusReported | None:
+            known = self._known_rollouts.get(rollout_id)  # read under the worker's lock: after any end
+            latest = known[0].latest if known else None
+            if latest is None or latest.worker_id != worker_id or latest.status not in ("preparing", "running"):
+                return None  # ended (a terminal state is not kept), or not this worker's
+            return _follow(w, now, worker_id, known[0], False)  # type: ignore[index]
+
+        await self._report(worker_id, busy, recheck=False)
+
+
+def _follow(
+    w: WorkerStatusReported, now: float, worker_id: str, state: RolloutState | None, dequeued: bool
+) -> WorkerStatusReported | None:
+    """The worker's snapshot once it follows ``state``'s latest attempt; None when there is nothing new."""
+    seen = {"last_dequeue_time": now} if dequeued else {}
+    attempt = state.latest if state else None
+    if attempt is None or attempt.worker_id not in (None, worker_id):
+        if w.status == "idle" and dequeued and w.last_dequeue_time is not None:
+            return None  # an idle worker polling again: nothing new worth a durable write
+        return replace(w, status="idle", last_idle_time=now, current_rollout_id=None, current_attempt_id=None, **seen)
+    if attempt.status in ("preparing", "running"):
+        if w.status == "busy" and w.current_attempt_id == attempt.attempt_id and not dequeued:
+            return None  # already reported
+        return replace(
+            w,
+            status="busy",
+            last_busy_time=now,
+            current_rollout_id=state.rollout_id,  # type: ignore[union-attr]
+            current_attempt_id=attempt.attempt_id,
+            **seen,
+        )
+    status = "idle" if attempt.status in ("succeeded", "failed") else "unknown"
+    if w.status == status and w.current_attempt_id is None and not dequeued:
+        return None  # already reported
+    return replace(w, status=status, last_idle_time=now, current_rollout_id=None, current_attempt_id=None, **seen)

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from tests.conftest import wait_for
 from voltbus.schemas.resources import PromptTemplate
 from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.schemas.spans import RewardReported, SpanRecorded
@@ -212,3 +213,38 @@ async def test_an_agents_own_timeout_error_is_a_failure_not_an_expiry(
     )
     assert done.attempt.status == "failed" and done.attempt.error["type"] == "TimeoutError"
     assert "own HTTP call" in done.attempt.error["message"]
+
+
+async def worker_reports(store: Store, worker_id: str) -> list[str]:
+    """The statuses of every snapshot the worker's subject holds, in order."""
+    subject = store.topology.worker(worker_id)
+    return [e.event.status async for e in store.log.replay("control", subject=subject) if isinstance(e, Envelope)]
+
+
+async def test_a_fast_attempt_writes_no_worker_status_and_a_long_one_reports_busy_then_idle(
+    store: Store, nats_settings: NatsSettings
+) -> None:
+    fast = await store.enqueue_rollout({"x": 1})
+    settings = runner_settings(nats_settings, busy_report_s=0.5)
+    [done] = await run_until_done(settings, f"{AGENTS}:returns_float", store, [fast.rollout_id])
+    assert done.status == "succeeded" and done.attempt.worker_id == "Worker-0"
+    assert "busy" not in await worker_reports(store, "Worker-0")  # ended within busy_report_s: no status write
+
+    slow = await store.enqueue_rollout({"x": 2})
+    stop = asyncio.Event()
+    async with Runner(settings, f"{AGENTS}:takes_a_second") as runner:
+        running = asyncio.create_task(runner.run(stop))
+
+        async def busy() -> bool:
+            worker = await store.get_worker_by_id("Worker-0")
+            return worker is not None and worker.status == "busy"
+
+        await wait_for(busy, timeout=10, what="the worker reported busy while its attempt runs")
+        worker = await store.get_worker_by_id("Worker-0")
+        assert worker is not None and worker.current_rollout_id == slow.rollout_id
+        [finished] = await store.wait_for_rollouts(rollout_ids=[slow.rollout_id], timeout=30)
+        stop.set()
+        await running
+    assert finished.status == "succeeded"
+    worker = await store.get_worker_by_id("Worker-0")
+    assert worker is not None and (worker.status, worker.current_attempt_id) == ("idle", None)

@@ -71,14 +71,15 @@ def refresh(
     gone = sorted(set(cleared) | ended)
     if not gone:
         return ended
-    _run(con, blocks["training_clear"], [{"rollout_id": r, "attempt_id": a} for r, a in gone])
+    for table in ("triplets", "trajectories", "attempts"):
+        con.execute(blocks[f"training_clear_{table}"].sql, _key_lists(gone))
     if not done:
         return ended
     inputs = _inputs(con, blocks, done)
     outputs = [adapt(i, settings) for i in inputs]
-    _run(con, blocks["triplet_rows"], [_row(t) for o in outputs for t in o.triplets])
-    _run(con, blocks["trajectory_rows"], [_row(t) for o in outputs for t in o.trajectories])
-    _run(con, blocks["training_attempt_rows"], [_row(o.summary) for o in outputs])
+    _insert(con, blocks["triplet_rows"], "triplets", [_row(t) for o in outputs for t in o.triplets])
+    _insert(con, blocks["trajectory_rows"], "trajectories", [_row(t) for o in outputs for t in o.trajectories])
+    _insert(con, blocks["training_attempt_rows"], "training_attempts", [_row(o.summary) for o in outputs])
     return ended
 
 
@@ -90,8 +91,39 @@ def ended_attempts(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block]) -> 
 
 def _ended(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], keys: list[Key]) -> list[dict[str, Any]]:
     """The attempts of ``keys`` no longer in progress, with their rollout's mode, input and metadata."""
-    batch = [{"rollout_id": r, "attempt_id": a} for r, a in keys]
-    return _run(con, blocks["training_done"], batch, {"active": sorted(ACTIVE_ATTEMPT)})
+    return _query(con, blocks["training_done"], {**_key_lists(keys), "active": sorted(ACTIVE_ATTEMPT)})
+
+
+def _key_lists(keys: Iterable[Key]) -> dict[str, list[str]]:
+    """Keys as the blocks take them: two aligned lists (cheaper for DuckDB than a registered table)."""
+    pairs = list(keys)
+    return {"rollout_ids": [r for r, _ in pairs], "attempt_ids": [a for _, a in pairs]}
+
+
+def _query(con: duckdb.DuckDBPyConnection, block: Block, params: dict[str, Any]) -> list[dict[str, Any]]:
+    result = con.execute(block.sql, params)
+    names = [d[0] for d in result.description or []]
+    return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+
+
+_SCHEMAS: dict[tuple[str, tuple[str, ...]], pa.Schema] = {}
+"""Arrow types of the training tables' columns, by (table, columns): no batch pays for type inference."""
+
+
+def _insert(con: duckdb.DuckDBPyConnection, block: Block, table: str, rows: list[dict[str, Any]]) -> None:
+    """Add ``rows`` to ``table`` through ``block``, typed as the table's columns."""
+    if not rows:
+        return
+    names = tuple(rows[0])
+    schema = _SCHEMAS.get((table, names))
+    if schema is None:
+        columns = con.sql(f"SELECT * FROM {table} LIMIT 0").to_arrow_table().schema  # noqa: S608 - our own names
+        schema = _SCHEMAS[table, names] = pa.schema([columns.field(n) for n in names])
+    con.register("batch", pa.Table.from_pylist(rows, schema=schema))
+    try:
+        con.execute(block.sql)
+    finally:
+        con.unregister("batch")
 
 
 def _row(struct: msgspec.Struct) -> dict[str, Any]:
@@ -101,29 +133,15 @@ def _row(struct: msgspec.Struct) -> dict[str, Any]:
     return row
 
 
-def _run(
-    con: duckdb.DuckDBPyConnection, block: Block, rows: list[dict[str, Any]], params: dict[str, Any] | None = None
-) -> list[dict[str, Any]]:
-    if not rows:
-        return []
-    con.register("batch", pa.Table.from_pylist(rows))
-    try:
-        result = con.execute(block.sql, params) if params else con.execute(block.sql)
-        names = [d[0] for d in result.description or []]
-        return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
-    finally:
-        con.unregister("batch")
-
-
 def _inputs(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], done: list[dict[str, Any]]) -> list[AttemptInput]:
-    batch = [{"rollout_id": d["rollout_id"], "attempt_id": d["attempt_id"]} for d in done]
+    keys = _key_lists((d["rollout_id"], d["attempt_id"]) for d in done)
     found: dict[str, dict[Key, list[Any]]] = {n: defaultdict(list) for n in ("spans", "calls", "rewards")}
-    for row in _run(con, blocks["training_spans"], batch):
+    for row in _query(con, blocks["training_spans"], keys):
         row["attributes"] = _json.decode(row["attributes"] or "{}")
         found["spans"][row.pop("rollout_id"), row.pop("attempt_id")].append(msgspec.convert(row, SpanRow))
-    for row in _run(con, blocks["training_calls"], batch):
+    for row in _query(con, blocks["training_calls"], keys):
         found["calls"][row.pop("rollout_id"), row.pop("attempt_id")].append(msgspec.convert(row, CallRow))
-    for row in _run(con, blocks["training_rewards"], batch):
+    for row in _query(con, blocks["training_rewards"], keys):
         row["dimensions"] = _json.decode(row["dimensions"] or "{}")
         found["rewards"][row.pop("rollout_id"), row.pop("attempt_id")].append(msgspec.convert(row, RewardRow))
     inputs = []

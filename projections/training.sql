@@ -92,19 +92,27 @@ CREATE TABLE IF NOT EXISTS training_meta (
     settings JSON NOT NULL
 );
 
--- name: training_clear
--- Forget the training rows of the attempts about to be recomputed.
-DELETE FROM triplets USING batch
-WHERE triplets.rollout_id = batch.rollout_id AND triplets.attempt_id = batch.attempt_id;
-DELETE FROM trajectories USING batch
-WHERE trajectories.rollout_id = batch.rollout_id AND trajectories.attempt_id = batch.attempt_id;
-DELETE FROM training_attempts USING batch
-WHERE training_attempts.rollout_id = batch.rollout_id AND training_attempts.attempt_id = batch.attempt_id;
+-- name: training_clear_triplets
+-- Forget the triplets of the attempts about to be recomputed (the keys as two aligned lists, $rollout_ids and
+-- $attempt_ids: list parameters cost DuckDB less than a registered table).
+DELETE FROM triplets USING (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
+WHERE triplets.rollout_id = b.rollout_id AND triplets.attempt_id = b.attempt_id;
+
+-- name: training_clear_trajectories
+-- Forget the trajectory rows of the attempts about to be recomputed.
+DELETE FROM trajectories USING (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
+WHERE trajectories.rollout_id = b.rollout_id AND trajectories.attempt_id = b.attempt_id;
+
+-- name: training_clear_attempts
+-- Forget the per-attempt counts of the attempts about to be recomputed.
+DELETE FROM training_attempts USING (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
+WHERE training_attempts.rollout_id = b.rollout_id AND training_attempts.attempt_id = b.attempt_id;
 
 -- name: training_done
--- The attempts in the batch no longer in progress, with what their rollout row says of mode, input and metadata.
+-- The attempts of the keys ($rollout_ids, $attempt_ids) no longer in progress, with what their rollout row says of
+-- mode, input and metadata.
 SELECT a.rollout_id, a.attempt_id, r.mode, r.input, r.metadata
-FROM batch AS b
+FROM (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
 INNER JOIN attempts AS a ON a.rollout_id = b.rollout_id AND a.attempt_id = b.attempt_id
 INNER JOIN rollouts AS r ON r.rollout_id = a.rollout_id
 WHERE NOT list_contains($active, a.status)
@@ -115,24 +123,37 @@ ORDER BY a.rollout_id, a.attempt_id;
 SELECT rollout_id, attempt_id FROM attempts WHERE NOT list_contains($active, status);
 
 -- name: training_spans
--- The stored spans of the attempts in the batch, as the adapter reads them.
+-- The stored spans of the attempts of the keys, as the adapter reads them. The rows are found on the two key
+-- columns first, then fetched by rowid: a join would read (and decompress) every row's attributes.
 SELECT s.rollout_id, s.attempt_id, s.seq, s.sequence_id, s.span_id, s.parent_id, s.name, s.attributes, s.status_code
 FROM spans AS s
-INNER JOIN batch AS b ON s.rollout_id = b.rollout_id AND s.attempt_id = b.attempt_id;
+WHERE s.rowid IN (
+    SELECT k.rowid FROM spans AS k
+    SEMI JOIN (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
+        ON k.rollout_id = b.rollout_id AND k.attempt_id = b.attempt_id
+);
 
 -- name: training_calls
--- The stored gateway model calls of the attempts in the batch.
+-- The stored gateway model calls of the attempts of the keys (found by key, then fetched by rowid).
 SELECT
     c.rollout_id, c.attempt_id, c.seq, c.call_id, c.resources_id, c.model, c.response,
     c.prompt_ids, c.response_ids, c.logprobs, c.status
 FROM model_calls AS c
-INNER JOIN batch AS b ON c.rollout_id = b.rollout_id AND c.attempt_id = b.attempt_id;
+WHERE c.rowid IN (
+    SELECT k.rowid FROM model_calls AS k
+    SEMI JOIN (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
+        ON k.rollout_id = b.rollout_id AND k.attempt_id = b.attempt_id
+);
 
 -- name: training_rewards
--- The stored reward events of the attempts in the batch.
+-- The stored reward events of the attempts of the keys (found by key, then fetched by rowid).
 SELECT r.rollout_id, r.attempt_id, r.seq, r.event_id, r.value, r.dimensions, r.primary_key, r.call_id
 FROM rewards AS r
-INNER JOIN batch AS b ON r.rollout_id = b.rollout_id AND r.attempt_id = b.attempt_id;
+WHERE r.rowid IN (
+    SELECT k.rowid FROM rewards AS k
+    SEMI JOIN (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
+        ON k.rollout_id = b.rollout_id AND k.attempt_id = b.attempt_id
+);
 
 -- name: triplet_rows
 -- Add the adapter's triplets (one per selected model call).

@@ -9,7 +9,8 @@ from voltbus.schemas.catalog import EVENT_TYPES
 from voltbus.schemas.rollouts import RolloutEvent
 
 DERIVED = {"rollout_rows", "attempt_rows", "state_rows", "activity_rows", "quarantine", "gaps", "checkpoint"}
-DERIVED |= {"training_clear", "training_done", "training_spans", "training_calls", "training_rewards"}
+DERIVED |= {"training_clear_triplets", "training_clear_trajectories", "training_clear_attempts"}
+DERIVED |= {"training_done", "training_spans", "training_calls", "training_rewards"}
 DERIVED |= {"training_settings", "ended_attempts"}
 DERIVED |= {"triplet_rows", "trajectory_rows", "training_attempt_rows"}  # the adapter's output (training.py)
 DERIVED |= {"divergence", "rewind_spans"}  # the log no longer holds what was applied (rewind.py)

@@ -183,7 +183,9 @@ class RunnerSettings(BaseModel):
     slots: int = 1
     """Rollouts run concurrently by one runner process (``-n``)."""
     worker_prefix: str = "Worker"
-    """Worker ids are ``<prefix>-<slot>`` (Agent Lightning's ``Worker-<n>``)."""
+    """Worker ids are ``<prefix>-<n>`` (Agent Lightning's ``Worker-<n>``). Left unset, each runner takes the next
+    free numbers from a counter on the bus, so two runners never share a worker id (the first runner of a bus gets
+    ``Worker-0`` to ``Worker-<slots - 1>``); set, they are ``<prefix>-0`` to ``<prefix>-<slots - 1>``."""
     heartbeat_s: float = 5.0
     """Seconds between heartbeats (sent from a thread a busy agent cannot block)."""
     claim_wait_s: float = 1.0

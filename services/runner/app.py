@@ -31,6 +31,9 @@ from .loader import load_agent
 
 log = logging.getLogger(__name__)
 
+WORKER_NUMBERS = "_workers"
+"""The bus counter that hands each runner its slots' worker numbers (rollout ids never start with ``_``)."""
+
 
 class Runner:
     """One runner process: its store connection, tracer, heartbeat thread and slots."""
@@ -54,6 +57,10 @@ class Runner:
     async def __aenter__(self) -> Runner:
         nats = self.settings.nats.model_copy(update={"dequeue_wait_s": self.settings.runner.claim_wait_s})
         self.store = await connect(settings=nats, name="voltbus-runner")
+        cfg = self.settings.runner
+        if "worker_prefix" not in cfg.model_fields_set:  # Worker-<n>, numbered across every runner of the bus
+            last = await self.store.log.next_sequence(WORKER_NUMBERS, cfg.slots)
+            self.worker_ids = [f"{cfg.worker_prefix}-{n}" for n in range(last - cfg.slots, last)]
         self.dispatcher = Dispatcher(self.store, report_claims=self.settings.runner.busy_report_s == 0)
         self.tracer = LogTracer(self.store)
         set_active_tracer(self.tracer)

@@ -125,7 +125,7 @@ async def test_step_runs_one_task_and_raises(store: Store, nats_settings: NatsSe
             await runner.step({"q": 1})
     async with Runner(runner_settings(nats_settings), f"{AGENTS}:returns_float") as runner:
         done = await runner.step({"q": 2})
-    assert done.status == "succeeded" and done.attempt.worker_id == "Worker-0"
+    assert done.status == "succeeded" and done.attempt.worker_id == "Worker-1"  # the second runner's first slot
 
 
 def test_an_agent_path_that_does_not_resolve_is_one_clear_error() -> None:
@@ -233,18 +233,31 @@ async def test_a_fast_attempt_writes_no_worker_status_and_a_long_one_reports_bus
     slow = await store.enqueue_rollout({"x": 2})
     stop = asyncio.Event()
     async with Runner(settings, f"{AGENTS}:takes_a_second") as runner:
+        (slot,) = runner.worker_ids
+        assert slot == "Worker-1"  # the next free number: the first runner had Worker-0
         running = asyncio.create_task(runner.run(stop))
 
         async def busy() -> bool:
-            worker = await store.get_worker_by_id("Worker-0")
+            worker = await store.get_worker_by_id(slot)
             return worker is not None and worker.status == "busy"
 
         await wait_for(busy, timeout=10, what="the worker reported busy while its attempt runs")
-        worker = await store.get_worker_by_id("Worker-0")
+        worker = await store.get_worker_by_id(slot)
         assert worker is not None and worker.current_rollout_id == slow.rollout_id
         [finished] = await store.wait_for_rollouts(rollout_ids=[slow.rollout_id], timeout=30)
         stop.set()
         await running
     assert finished.status == "succeeded"
-    worker = await store.get_worker_by_id("Worker-0")
+    worker = await store.get_worker_by_id(slot)
     assert worker is not None and (worker.status, worker.current_attempt_id) == ("idle", None)
+
+
+async def test_runners_on_one_bus_never_share_a_worker_id(store: Store, nats_settings: NatsSettings) -> None:
+    ids = []
+    for slots in (3, 2):  # one process holds one runner at a time (its tracer is the active one)
+        async with Runner(runner_settings(nats_settings, slots=slots), f"{AGENTS}:returns_float") as runner:
+            ids += runner.worker_ids
+    assert ids == [f"Worker-{n}" for n in range(5)]  # Agent Lightning's Worker-<n>, numbered across runners
+    named = runner_settings(nats_settings, slots=2, worker_prefix="gpu")
+    async with Runner(named, f"{AGENTS}:returns_float") as third:
+        assert third.worker_ids == ["gpu-0", "gpu-1"]  # a prefix that is set numbers from 0

@@ -117,7 +117,7 @@ def _insert(con: duckdb.DuckDBPyConnection, block: Block, table: str, rows: list
     names = tuple(rows[0])
     schema = _SCHEMAS.get((table, names))
     if schema is None:
-        columns = con.sql(f"SELECT * FROM {table} LIMIT 0").to_arrow_table().schema  # noqa: S608 - our own names
+        columns = con.table(table).limit(0).to_arrow_table().schema
         schema = _SCHEMAS[table, names] = pa.schema([columns.field(n) for n in names])
     con.register("batch", pa.Table.from_pylist(rows, schema=schema))
     try:

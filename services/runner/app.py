@@ -90,8 +90,9 @@ class Runner:
         assert self.store is not None and self.tracer is not None and self.heartbeat is not None
         self.heartbeat.active[worker_id] = (rollout.rollout_id, rollout.attempt.attempt_id)
         key = agent_key_for(self.settings.gateway, rollout.rollout_id)
-        delay = self.settings.runner.busy_report_s
-        busy = asyncio.get_running_loop().call_later(delay, self._report_busy, worker_id, rollout.rollout_id)
+        delay = self.settings.runner.busy_report_s  # 0: the claim reported it busy already
+        loop = asyncio.get_running_loop()
+        busy = loop.call_later(delay, self._report_busy, worker_id, rollout.rollout_id) if delay else None
         try:
             if self.settings.runner.isolate and self.agent_path:
                 gateway = self.settings.runner.gateway_url
@@ -101,14 +102,15 @@ class Runner:
                 agent, hooks = self.agent, self.hooks
                 await run_rollout(self.store, self.tracer, agent, rollout, hooks, self, raise_errors, key)
         finally:
-            busy.cancel()
+            if busy is not None:
+                busy.cancel()
             self.heartbeat.active.pop(worker_id, None)
             self.tracer.published.pop(rollout.rollout_id, None)
             self.finished += 1
 
     def _report_busy(self, worker_id: str, rollout_id: str) -> None:
-        """Report the slot's worker busy: its attempt has run ``busy_report_s`` (0: claims reported it)."""
-        if self.store is None or self.settings.runner.busy_report_s == 0:
+        """Report the slot's worker busy: its attempt has run ``busy_report_s``."""
+        if self.store is None:
             return
         task = asyncio.create_task(self._busy(self.store, worker_id, rollout_id))
         self._busy_reports.add(task)

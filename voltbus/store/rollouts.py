@@ -30,6 +30,7 @@ from voltbus.schemas.errors import (
 from voltbus.schemas.rollouts import ErrorInfo, RolloutConfig
 from voltbus.schemas.spans import AttemptHeartbeatSent
 from voltbus.services.lifecycle import RolloutState, decider
+from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 
 from .base import StoreBase, new_id
 from .types import Attempt, AttemptedRollout, EnqueueRolloutRequest, Rollout
@@ -272,7 +273,7 @@ class RolloutMethods(StoreBase):
     async def _end_rollout(self, before: RolloutState, cmd: CancelRollout | ParkRollout) -> RolloutState:
         """Cancel or park a rollout, then free the worker of the attempt it ended."""
         after = await self._apply(cmd.rollout_id, cmd)
-        worker = before.latest.worker_id if before.latest and before.latest.status in ("preparing", "running") else None
+        worker = before.latest.worker_id if before.latest and before.latest.status in ACTIVE_ATTEMPT else None
         await self._sync_worker(worker, after)
         return after
 

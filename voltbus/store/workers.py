@@ -21,6 +21,7 @@ from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import ConcurrencyConflict
 from voltbus.schemas.workers import HeartbeatStats, WorkerStatusReported
 from voltbus.services.lifecycle import RolloutState
+from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 
 from .base import StoreBase
 from .types import Worker
@@ -116,9 +117,7 @@ class WorkerMethods(StoreBase):
         # attempt's claimant reports it busy, and anyone else changes that only by ending the attempt
         # (which made this transition illegal). Idle and unknown are confirmed: other clients write them.
         latest = state.latest if state else None
-        active = (
-            latest is not None and latest.worker_id in (None, worker_id) and latest.status in ("preparing", "running")
-        )
+        active = latest is not None and latest.worker_id in (None, worker_id) and latest.status in ACTIVE_ATTEMPT
         await self._report(worker_id, follow, recheck=dequeued or not active)
 
     async def report_worker_busy(self, worker_id: str, rollout_id: str) -> None:
@@ -130,7 +129,7 @@ class WorkerMethods(StoreBase):
         def busy(w: WorkerStatusReported, now: float) -> WorkerStatusReported | None:
             known = self._known_rollouts.get(rollout_id)  # read under the worker's lock: after any end
             latest = known[0].latest if known else None
-            if latest is None or latest.worker_id != worker_id or latest.status not in ("preparing", "running"):
+            if latest is None or latest.worker_id != worker_id or latest.status not in ACTIVE_ATTEMPT:
                 return None  # ended (a terminal state is not kept), or not this worker's
             return _follow(w, now, worker_id, known[0], False)  # type: ignore[index]
 
@@ -147,7 +146,7 @@ def _follow(
         if w.status == "idle" and dequeued and w.last_dequeue_time is not None:
             return None  # an idle worker polling again: nothing new worth a durable write
         return replace(w, status="idle", last_idle_time=now, current_rollout_id=None, current_attempt_id=None, **seen)
-    if attempt.status in ("preparing", "running"):
+    if attempt.status in ACTIVE_ATTEMPT:
         if w.status == "busy" and w.current_attempt_id == attempt.attempt_id and not dequeued:
             return None  # already reported
         return replace(

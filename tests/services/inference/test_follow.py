@@ -4,13 +4,13 @@ labelled with its resources id; a wrong digest or another model's version is not
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests.conftest import wait_for
 from voltbus.model import sequence_logprobs, weights_sha256
 from voltbus.schemas.resources import LLM, PromptTemplate, WeightsRef
 from voltbus.services.settings import NatsSettings
@@ -28,15 +28,15 @@ def llm(url: str, path: Path, sha256: str | None = None, model: str = MODEL) -> 
 
 async def until_stats(url: str, key: str, check: Callable[[Any], bool], timeout: float = 20.0) -> dict:
     """``/stats`` once ``check(stats[key])`` holds; fails after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+    current: dict = {}
     async with httpx.AsyncClient(base_url=url) as http:
-        while True:
-            current = (await http.get("/stats")).json()
-            if check(current[key]):
-                return current
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {key}; stats: {current}")
-            await asyncio.sleep(0.01)
+
+        async def holds() -> bool:
+            current.update((await http.get("/stats")).json())
+            return check(current[key])
+
+        await wait_for(holds, timeout, f"{key} in /stats")
+    return current
 
 
 def served_by(url: str, reference_model) -> bool:

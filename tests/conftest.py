@@ -20,12 +20,21 @@ from voltbus.services.settings import BusSettings, NatsSettings
 _names = itertools.count()
 
 
+@pytest.fixture(scope="session")
+def user_data_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tests' stand-in for the user's data directory (``XDG_DATA_HOME``): the default bus store,
+    weights and projection of any test (or subprocess) that leaves them unset land in pytest's
+    temporary directory, never in the home directory of whoever runs the tests."""
+    return tmp_path_factory.mktemp("user-data")
+
+
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def clean_env(monkeypatch: pytest.MonkeyPatch, user_data_home: Path) -> None:
     """No VOLTBUS_* variable from the developer's shell leaks into a test."""
     for key in list(os.environ):
         if key.startswith("VOLTBUS_"):
             monkeypatch.delenv(key)
+    monkeypatch.setenv("XDG_DATA_HOME", str(user_data_home))
 
 
 def start_server(data_dir: Path) -> NatsServer:

@@ -38,19 +38,18 @@ def weights_for(event: object, model_name: str) -> WeightsRef | None:
     return None
 
 
-CACHE = Path(tempfile.gettempdir()) / "voltbus-weights"
-"""Where weights fetched from the bus are kept, one file per digest."""
-
-
 async def serve_version(
     model: PreTrainedModel, weights: Weights, event: ResourcesPublished, ref: WeightsRef, eventlog: EventLog
 ) -> None:
-    """Swap to a version's weights: a file path, or an object in the bus (``nats-obj://``, fetched first)."""
+    """Swap to a version's weights: a file path, or an object in the bus (``nats-obj://``), fetched into
+    a scratch directory that is gone once the weights are loaded (no copy per version piles up)."""
     try:
-        path = ref.uri
-        if path.startswith(SCHEME):
-            path = str(await eventlog.fetch_weights(ref.uri, CACHE, ref.sha256))
-        await swap(model, weights, path, event.resources_id, ref.sha256)
+        if not ref.uri.startswith(SCHEME):
+            await swap(model, weights, ref.uri, event.resources_id, ref.sha256)
+            return
+        with tempfile.TemporaryDirectory(prefix="voltbus-weights-") as scratch:
+            path = await eventlog.fetch_weights(ref.uri, Path(scratch), ref.sha256)
+            await swap(model, weights, path, event.resources_id, ref.sha256)
     except Exception as exc:
         log.error("not serving resources %s: %s", event.resources_id, exc)
 

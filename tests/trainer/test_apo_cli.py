@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from voltbus.schemas.training import RunFinished, StepCompleted
@@ -38,10 +39,15 @@ async def test_voltbus_apo_searches_against_running_runners(
     nats_settings: NatsSettings,
     good_critic: Critic,  # noqa: F811
     tmp_path: Path,
+    monkeypatch,
 ) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     shape = ["--rounds", "2", "--beam-width", "2", "--branch-factor", "2", "--val-batch-size", "3"]
     args = ["apo", *inputs(tmp_path), "--critic-url", good_critic.url, "--critic-model", "stub", "--run-id", "apo-cli"]
     async with local_system(Settings(nats=nats_settings), template_agent, n_runners=8) as s:
+        assert s.projector.db.parent.parent == scratch and s.projector.db.is_file()
         env = {k: v for k, v in os.environ.items() if not k.startswith("VOLTBUS_")} | {
             "VOLTBUS_NATS__URL": s.nats.url,
             "VOLTBUS_NATS__NAMESPACE": s.nats.namespace,
@@ -56,6 +62,7 @@ async def test_voltbus_apo_searches_against_running_runners(
         bad.write_text('{"llm": {"resource_type": "nope"}}')
         refused, why = await voltbus("apo", *inputs(tmp_path), "--resources", str(bad), "--run-id", "x", env=env)
         assert refused == 1 and "voltbus: error: --resources" in why and "Traceback" not in why, why
+    assert list(scratch.iterdir()) == []  # the system's scratch projection is gone with it (the log keeps it all)
     events, latest = await run_state(nats_settings, "apo-cli")
     assert [e.step for e in events if isinstance(e, StepCompleted)] == [0, 1]
     assert isinstance(events[-1], RunFinished) and events[-1].status == "succeeded"

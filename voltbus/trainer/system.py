@@ -42,9 +42,6 @@ def local_settings(settings: Settings, model_dir: Path | None, model_name: str, 
             "served_model_name": model_name,
             "gateway_url": f"http://127.0.0.1:{gateway}/v1",
             "inference_urls": [f"http://127.0.0.1:{inference}"],
-            "weights_dir": s.learner.weights_dir
-            if "weights_dir" in settings.learner.model_fields_set
-            else work / "weights",
         }
     )
     return s
@@ -61,14 +58,15 @@ async def local_system(settings: Settings, agent: Any, n_runners: int = 8) -> As
     """Run every service but the learner in this process until the block ends; yields the wired settings.
     Without ``learner.model_dir`` there is no model to serve: no inference server and no gateway."""
     cfg = settings.learner
-    work = Path(tempfile.mkdtemp(prefix="voltbus-run-"))
-    s = local_settings(settings, cfg.model_dir, cfg.served_model_name, work)
+    scratch = tempfile.TemporaryDirectory(prefix="voltbus-run-")  # the projection: rebuilt from the log at will
+    s = local_settings(settings, cfg.model_dir, cfg.served_model_name, Path(scratch.name))
     s.runner = s.runner.model_copy(update={"slots": n_runners, "claim_wait_s": 0.2})
     stop = asyncio.Event()
     inference_app = None
     if cfg.model_dir is not None:  # import torch and transformers (seconds) before any service's loop work starts
         inference_app = await asyncio.to_thread(_inference_app)
     async with AsyncExitStack() as stack:
+        stack.callback(scratch.cleanup)
         tasks: list[asyncio.Task[None]] = [asyncio.create_task(run_coordinator(s, stop))]
         ready = asyncio.Event()
         tasks.append(asyncio.create_task(run_projector(s, stop, ready)))

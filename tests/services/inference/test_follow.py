@@ -4,6 +4,7 @@ labelled with its resources id; a wrong digest or another model's version is not
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import httpx
 from tests.conftest import wait_for
 from voltbus.model import sequence_logprobs, weights_sha256
 from voltbus.schemas.resources import LLM, PromptTemplate, WeightsRef
+from voltbus.services.eventlog import EventLog
 from voltbus.services.settings import NatsSettings
 from voltbus.store import connect
 
@@ -73,3 +75,23 @@ async def test_follows_resources_versions_on_the_bus(
         assert served_by(url, reference[0])
     finally:
         await store.close()
+
+
+async def test_weights_from_the_bus_are_served_and_no_copy_stays_on_disk(
+    make_server, nats_settings: NatsSettings, model_dirs: dict, reference: dict, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the follower's scratch copies go
+    eventlog = await EventLog.connect(nats_settings)
+    store = await connect(settings=nats_settings)
+    try:
+        url = await asyncio.to_thread(make_server, nats=nats_settings, follow_resources=True)
+        for version, model in ((1, 1), (2, 0)):
+            uri = await eventlog.put_weights(f"v{version}.safetensors", model_dirs[model] / "model.safetensors")
+            ref = WeightsRef(uri=uri, sha256=weights_sha256(model_dirs[model]))
+            await store.update_resources("default", {"main_llm": LLM(endpoint="http://x/v1", model=MODEL, weights=ref)})
+            await until_stats(url, "weight_version", f"default:{version}".__eq__)
+            assert served_by(url, reference[model])
+            assert list(tmp_path.iterdir()) == []  # fetched, loaded, deleted: versions do not pile up
+    finally:
+        await store.close()
+        await eventlog.close()

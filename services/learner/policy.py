@@ -3,7 +3,8 @@
 A version is a directory ``<weights_dir>/<run_id>/step-<n>/`` holding ``model.safetensors`` (what
 inference servers load, referenced by its sha256 from the resources event), ``optimizer.pt``, and
 the model's config and tokenizer, so the directory is also a model directory that can be served
-again. Resuming after step n loads that directory, optimizer included.
+again. Resuming after step n loads that directory, optimizer included. Only the two newest versions keep
+``optimizer.pt`` (``keep_optimizers``); older ones keep their weights.
 """
 
 from __future__ import annotations
@@ -24,6 +25,23 @@ hf_logging.disable_progress_bar()  # a bar per load and save would bury the step
 
 WEIGHTS = "model.safetensors"
 OPTIMIZER = "optimizer.pt"
+
+
+def keep_optimizers(folder: Path) -> None:
+    """After ``folder`` (``<run>/step-<n>``) was written: delete the optimizer state (twice the weights' size)
+    of the run's versions before step n, but the newest of them. A resume starts from the last *recorded*
+    checkpoint, which is step n or, until the loop records it, the one before; older versions keep their weights."""
+    step = _step(folder)
+    if step is None:
+        return
+    older = sorted((s, p) for p in folder.parent.iterdir() if (s := _step(p)) is not None and s < step)
+    for _, path in older[:-1]:
+        (path / OPTIMIZER).unlink(missing_ok=True)
+
+
+def _step(folder: Path) -> int | None:
+    prefix, _, number = folder.name.partition("-")
+    return int(number) if prefix == "step" and number.isdigit() else None
 
 
 class Policy:
@@ -57,6 +75,7 @@ class Policy:
         folder = Path(self.settings.weights_dir) / run_id / f"step-{step}"
         save_model_dir(self.model, self.tok, folder)
         torch.save(self.optimizer.state_dict(), folder / OPTIMIZER)
+        keep_optimizers(folder)
         return folder / WEIGHTS, weights_sha256(folder / WEIGHTS)
 
 

@@ -38,7 +38,7 @@ from voltbus.model import weights_sha256
 from voltbus.services.settings import LearnerSettings
 
 from .grpo import Row, token_weights
-from .policy import OPTIMIZER, WEIGHTS
+from .policy import OPTIMIZER, WEIGHTS, keep_optimizers
 from .verl_batch import to_verl_batch
 
 MODEL_FILES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".safetensors.index.json", ".bin.index.json")
@@ -246,7 +246,6 @@ class VerlActor:
         tok = model.tokenizer
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id or 0)
         self.config = json.loads((self.source / "config.json").read_text())
-        self.saved: list[Path] = [checkpoint] if checkpoint is not None else []
         if checkpoint is not None and (checkpoint / OPTIMIZER).is_file():
             self._load_optimizer(checkpoint / OPTIMIZER)
         elif checkpoint is not None:
@@ -289,12 +288,7 @@ class VerlActor:
         (folder / WEIGHTS).chmod(0o644)  # save_file writes 0600; servers may run as another user
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         torch.save(get_optimizer_state_dict(engine.module, engine.optimizer, options=options), folder / OPTIMIZER)
-        # A resume starts from the last *recorded* checkpoint, which is this one or, until the loop records
-        # it, the one before: keep those two optimizer states (~8 bytes per parameter each), drop older ones.
-        self.saved = [p for p in self.saved if p != folder] + [folder]
-        for older in self.saved[:-2]:
-            (older / OPTIMIZER).unlink(missing_ok=True)
-        self.saved = self.saved[-2:]
+        keep_optimizers(folder)  # ~8 bytes per parameter each: the versions a resume may start from only
         return folder / WEIGHTS, weights_sha256(folder / WEIGHTS)
 
     def _load_optimizer(self, path: Path) -> None:

@@ -74,6 +74,7 @@ class Policy:
         """Write the version after ``step``; returns (its weights file, their sha256)."""
         folder = Path(self.settings.weights_dir) / run_id / f"step-{step}"
         save_model_dir(self.model, self.tok, folder)
+        (folder / WEIGHTS).chmod(0o644)  # safetensors writes 0600; inference servers may run as another user
         torch.save(self.optimizer.state_dict(), folder / OPTIMIZER)
         keep_optimizers(folder)
         return folder / WEIGHTS, weights_sha256(folder / WEIGHTS)

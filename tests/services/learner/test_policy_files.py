@@ -15,7 +15,7 @@ def test_only_the_two_newest_versions_keep_their_optimizer_state(policy_dir: Pat
     settings = LearnerSettings(model_dir=policy_dir, weights_dir=tmp_path)
     policy = Policy.load(settings)
     folders = [policy.save("run", step)[0].parent for step in range(3)]
-    assert [(f / WEIGHTS).is_file() for f in folders] == [True, True, True]
+    assert [(f / WEIGHTS).stat().st_mode & 0o777 for f in folders] == [0o644] * 3  # readable by a server
     assert [(f / OPTIMIZER).is_file() for f in folders] == [False, True, True]
     resumed = Policy.load(settings, checkpoint=folders[2])  # a resume from the newest one, optimizer included
     assert resumed.optimizer.state_dict()["param_groups"] == policy.optimizer.state_dict()["param_groups"]

@@ -60,7 +60,12 @@ async def trial(server: object, log: EventLog, feed: object, n: int, seen: dict[
 
 
 async def main() -> None:
-    server = start_server(Path(tempfile.mkdtemp()) / "nats")
+    with tempfile.TemporaryDirectory(prefix="voltbus-phantom-") as store:
+        await trials(Path(store))
+
+
+async def trials(store: Path) -> None:
+    server = start_server(store / "nats")
     settings = NatsSettings(url=server.url, namespace="ph", request_timeout_s=1.0, publish_retries=0)
     log, reader = await EventLog.connect(settings), await EventLog.connect(settings)
     feed = await reader.feed("spans").open(1)

@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -18,6 +19,7 @@ from voltbus.services.serving import free_port  # noqa: F401  (tests import it f
 from voltbus.services.settings import BusSettings, NatsSettings
 
 _names = itertools.count()
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="session")
@@ -71,17 +73,28 @@ async def eventlog(nats_settings: NatsSettings) -> AsyncIterator[EventLog]:
 
 
 async def wait_for(
-    condition: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0, what: str = "condition", every: float = 0.01
-) -> None:
+    condition: Callable[[], T | Awaitable[T]], timeout: float = 10.0, what: str = "condition", every: float = 0.01
+) -> T:
     """Wait until ``condition()`` holds (it may be a coroutine function: another process's state, read
-    from the log or an HTTP endpoint), checking every ``every`` seconds, or fail after ``timeout``."""
+    from the log or an HTTP endpoint), checking every ``every`` seconds, or fail after ``timeout``;
+    returns what it returned (truthy). An exception it raises (a process that exited) ends the wait."""
     deadline = time.monotonic() + timeout
-    while not await _holds(condition):
+    while True:
+        result = condition()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result  # type: ignore[return-value]
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(every)
 
 
-async def _holds(condition: Callable[[], bool | Awaitable[bool]]) -> bool:
-    result = condition()
-    return bool(await result) if inspect.isawaitable(result) else bool(result)
+def wait_until(condition: Callable[[], T], timeout: float = 10.0, what: str = "condition", every: float = 0.01) -> T:
+    """``wait_for`` for code outside an event loop (a server thread starting, a subprocess's endpoint)."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+    return result

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.conftest import wait_until
 from voltbus.services.natsserver import NatsServer
 from voltbus.services.serving import free_port
 from voltbus.services.settings import BusSettings, NatsSettings
@@ -131,13 +132,16 @@ class System:
         """Start a service and wait until it is healthy (or fail with its last log lines)."""
         service = self.services[name]
         service.start()
-        deadline = time.monotonic() + deadline_s
-        while not service.healthy():
+
+        def healthy() -> bool:  # another process's health endpoint, polled
             if service.proc is not None and service.proc.poll() is not None:
-                raise AssertionError(f"{name} exited with {service.proc.returncode}:\n{service.tail()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{name} not healthy after {deadline_s}s:\n{service.tail()}")
-            time.sleep(0.1)  # polling another process's health endpoint, with a deadline
+                raise AssertionError(f"{name} exited with {service.proc.returncode}")
+            return service.healthy()
+
+        try:
+            wait_until(healthy, deadline_s, f"{name} to be healthy", every=0.1)
+        except AssertionError as exc:  # either way, with the service's last log lines
+            raise AssertionError(f"{exc}:\n{service.tail()}") from None
 
     def stop(self) -> None:
         """Stop every service (dependents first), then the bus."""

@@ -68,16 +68,20 @@ def kill(system: System, name: str) -> bool:
 
 async def holding(log: EventLog, prefix: str, learner_only: bool, deadline_s: float) -> bool:
     """Wait until a runner (workers ``prefix*``) holds an attempt in progress (of a learner rollout)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
+
+    async def held() -> bool:  # other processes' progress, read from the log
         for rid, events in checkers.histories(await checkers.stored_control(log)).items():
             latest = checkers.fold(events).latest
             if learner_only and rid.startswith("client-") or latest is None or latest.status not in ACTIVE_ATTEMPT:
                 continue
             if (latest.worker_id or "").startswith(prefix):
                 return True
-        await asyncio.sleep(0.05)  # noqa: ASYNC110 - other processes' progress, read from the log
-    return False
+        return False
+
+    try:
+        return await wait_for(held, deadline_s, f"a runner {prefix}* holding an attempt", every=0.05)
+    except AssertionError:  # none within the deadline: the caller kills it anyway
+        return False
 
 
 async def mid_attempt(log: EventLog, prefix: str) -> str | None:
@@ -109,16 +113,19 @@ async def nemesis(system: System, log: EventLog, oplog: OpLog, rng: random.Rando
 async def learner_finished(system: System, deadline_s: float) -> int:
     """Wait for the learner's exit (restarting it if it died of a fault) and return its exit code."""
     learner = system.services["learner"]
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
+
+    def exited() -> bool:  # another process's exit, polled
         assert learner.proc is not None
         code = learner.proc.poll()
-        if code == 0:
-            return 0
-        if code is not None:
-            raise AssertionError(f"learner exited with {code}:\n{learner.tail()}")
-        await asyncio.sleep(0.2)  # polling another process's exit, with a deadline
-    raise AssertionError(f"learner not finished after {deadline_s}s:\n{learner.tail()}")
+        if code not in (None, 0):
+            raise AssertionError(f"learner exited with {code}")
+        return code == 0
+
+    try:
+        await wait_for(exited, deadline_s, "the learner to finish", every=0.2)
+    except AssertionError as exc:  # either way, with the learner's last log lines
+        raise AssertionError(f"{exc}:\n{learner.tail()}") from None
+    return 0
 
 
 async def first_step_started(log: EventLog, deadline_s: float) -> None:

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from tests.conftest import wait_for
 from tests.security.certs import self_signed
 from tests.services.gateway import conftest as gateway_fixtures
 from tests.services.gateway.conftest import GatewayFactory, model_calls
@@ -44,12 +45,12 @@ def events(rid: str, aid: str) -> str:
 
 async def refused_once_ended(http: httpx.AsyncClient, path: str, body: dict, key: str) -> httpx.Response:
     """The answer once the gateway has seen the attempt end (it follows the log: wait, bounded)."""
-    deadline = asyncio.get_running_loop().time() + 5
-    while True:
+
+    async def refused() -> httpx.Response | None:
         answer = await http.post(path, json=body, headers={"Authorization": f"Bearer {key}"})
-        if answer.status_code != 200 or asyncio.get_running_loop().time() > deadline:
-            return answer
-        await asyncio.sleep(0.02)
+        return answer if answer.status_code != 200 else None
+
+    return await wait_for(refused, 5, f"the gateway to refuse {path}", every=0.02)
 
 
 async def test_a_rollout_key_stops_working_when_its_attempt_succeeds(

@@ -7,7 +7,6 @@ without blocking the server's event loop.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -21,7 +20,7 @@ from voltbus.model import build_tiny_model, build_tokenizer, load_model_dir, sav
 from voltbus.services.inference import build_app
 from voltbus.services.settings import InferenceSettings, NatsSettings, Settings
 
-from ...conftest import free_port
+from ...conftest import free_port, wait_until
 
 MODEL = "tiny"
 """Served model name in these tests."""
@@ -48,12 +47,17 @@ def serving(settings: Settings, timeout: float = 30.0) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"inference-{port}", daemon=True)
     thread.start()
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
+
+    def started() -> bool:  # uvicorn offers no start-up event
+        if not thread.is_alive():
             raise RuntimeError("inference server did not start")
-        time.sleep(0.01)  # uvicorn offers no start-up event
+        return server.started
+
+    try:
+        wait_until(started, timeout, "the inference server to start")
+    except BaseException:
+        server.should_exit = True
+        raise
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import httpx
 import pytest
 import torch
 
+from tests.conftest import wait_until
 from tests.services.gateway.conftest import model_calls
 from tests.services.gateway.stub_llm import serve
 from voltbus.model import load_model_dir, sequence_logprobs
@@ -53,17 +53,17 @@ def vllm_url(tmp_path: Path) -> Iterator[str]:
     cmd += ["--port", str(port), "--gpu-memory-utilization", "0.2", "--enforce-eager", "--max-model-len", "256"]
     log = (tmp_path / "vllm.log").open("wb")
     proc = subprocess.Popen(cmd, env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"}, stdout=log, stderr=log)
-    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 600
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:  # a subprocess starting: polled, no event to wait on
+        assert proc.poll() is None, (tmp_path / "vllm.log").read_text()[-3000:]
+        try:
+            return httpx.get(f"{url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     try:
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, (tmp_path / "vllm.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "vLLM did not start within 600 s"
-            time.sleep(1)  # a subprocess starting: polled, no event to wait on
+        wait_until(healthy, 600, "vLLM to start", every=1)
         yield url
     finally:
         proc.terminate()

@@ -31,15 +31,13 @@ def llm(url: str, path: Path, sha256: str | None = None, model: str = MODEL) -> 
 
 async def until_stats(url: str, key: str, check: Callable[[Any], bool], timeout: float = 20.0) -> dict:
     """``/stats`` once ``check(stats[key])`` holds; fails after ``timeout`` seconds."""
-    current: dict = {}
     async with httpx.AsyncClient(base_url=url) as http:
 
-        async def holds() -> bool:
-            current.update((await http.get("/stats")).json())
-            return check(current[key])
+        async def holds() -> dict | None:
+            stats = (await http.get("/stats")).json()
+            return stats if check(stats[key]) else None
 
-        await wait_for(holds, timeout, f"{key} in /stats")
-    return current
+        return await wait_for(holds, timeout, f"{key} in /stats")
 
 
 def served_by(url: str, reference_model) -> bool:

@@ -22,7 +22,7 @@ from voltbus.services.lifecycle import RolloutState, decider
 from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 
 from . import lean
-from .rows import ARROW, Row, activity_key, control_row, count_activity, rollout_rows, telemetry_row
+from .rows import ARROW, Row, activity_key, control_row, count_activity, fold_tables, telemetry_row
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,9 @@ class Rows(Cut, kw_only=True):
     """What one batch adds, as row dicts per SQL block."""
 
     rows: dict[str, list[Row]]
+    folded: list[tuple[RolloutState, int]] = []
+    """The rollouts the batch changed, folded, each with the sequence of the last event that did: their
+    rollout, attempt and state rows (``rows.fold_tables``)."""
 
 
 class Prepared(Cut, kw_only=True):
@@ -133,7 +136,7 @@ class Preparer:
         batch = self.rows(stream, items)
         if batch is None:
             return None
-        return Prepared(**cut_of(batch), tables=tables(batch.rows))  # type: ignore[arg-type]
+        return Prepared(**cut_of(batch), tables=tables(batch.rows) + fold_tables(batch.folded))  # type: ignore[arg-type]
 
     def rows(self, stream: str, items: list[Envelope | BadEvent | Passed]) -> Rows | None:
         """The batch's row dicts; items already prepared are skipped, a hole in the sequence is recorded."""
@@ -165,12 +168,6 @@ class Preparer:
             except Exception as exc:  # one event that cannot be applied must not block the projection
                 log.exception("quarantined %s seq %d", stream, item.seq)
                 rows["quarantine"].append(parked(stream, unapplied(item, exc)))
-        for rollout_id, seq in touched.items():
-            state = self.states[rollout_id]
-            rollout, attempts = rollout_rows(state, seq)
-            rows["rollout_rows"].append(rollout)
-            rows["attempt_rows"] += attempts
-            rows["state_rows"].append({"rollout_id": rollout_id, "state": msgspec.json.encode(state)})
         rows["activity_rows"] += activity.values()
         ended = [(r, a.attempt_id) for r in touched for a in self.states[r].attempts if ended_status(a.status)]
         self.positions[stream] = last
@@ -180,6 +177,7 @@ class Preparer:
             stamp=stamp,
             count=len(items),
             rows=rows,
+            folded=[(self.states[r], seq) for r, seq in touched.items()],
             cleared=sorted(cleared),
             candidates=ended + list(activity),
         )

@@ -6,6 +6,7 @@ copy of the lifecycle rules.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -275,39 +276,48 @@ def control_row(env: Envelope) -> tuple[str, Row] | None:
     return None
 
 
-def rollout_rows(state: RolloutState, seq: int) -> tuple[Row, list[Row]]:
-    """The rollout's row and its attempts' rows, from its folded state."""
-    latest = state.latest
-    rollout = {
-        "rollout_id": state.rollout_id,
-        "status": state.status,
-        "mode": state.mode,
-        "resources_id": state.resources_id,
-        "input": bytes(state.input).decode(),
-        "config": json_text(state.config),
-        "metadata": json_text(state.metadata),
-        "start_time": state.start_time,
-        "end_time": state.end_time,
-        "attempt_count": len(state.attempts),
-        "latest_attempt_id": latest.attempt_id if latest else None,
-        "reason": state.reason or None,
-        "last_seq": seq,
+def fold_tables(folded: Sequence[tuple[RolloutState, int]]) -> list[tuple[str, pa.Table]]:
+    """The rows of the rollouts a batch changed, their attempts' and their kept folds, from their folded states
+    (each with the sequence of the last event that changed it), as Arrow tables built column by column: no
+    row dicts, ~40% cheaper than ``from_pylist`` of them. JSON columns get msgspec's text as bytes (UTF-8)."""
+    if not folded:
+        return []
+    states = [s for s, _ in folded]
+    seqs = [q for _, q in folded]
+    rollouts = {
+        "rollout_id": [s.rollout_id for s in states],
+        "status": [s.status for s in states],
+        "mode": [s.mode for s in states],
+        "resources_id": [s.resources_id for s in states],
+        "input": [bytes(s.input) for s in states],
+        "config": [_encode(s.config) for s in states],
+        "metadata": [_encode(s.metadata) for s in states],
+        "start_time": [s.start_time for s in states],
+        "end_time": [s.end_time for s in states],
+        "attempt_count": [len(s.attempts) for s in states],
+        "latest_attempt_id": [s.attempts[-1].attempt_id if s.attempts else None for s in states],
+        "reason": [s.reason or None for s in states],
+        "last_seq": seqs,
     }
-    attempts = [
-        {
-            "rollout_id": state.rollout_id,
-            "attempt_id": a.attempt_id,
-            "sequence_id": a.sequence_id,
-            "status": a.status,
-            "worker_id": a.worker_id,
-            "start_time": a.start_time,
-            "end_time": a.end_time,
-            "last_heartbeat_time": a.last_heartbeat_time,
-            "error_type": a.error.type if a.error else None,
-            "error_message": a.error.message if a.error else None,
-            "metadata": json_text(a.metadata),
-            "last_seq": seq,
-        }
-        for a in state.attempts
-    ]
-    return rollout, attempts
+    owned = [(s.rollout_id, a, q) for s, q in folded for a in s.attempts]
+    attempts = {
+        "rollout_id": [r for r, _, _ in owned],
+        "attempt_id": [a.attempt_id for _, a, _ in owned],
+        "sequence_id": [a.sequence_id for _, a, _ in owned],
+        "status": [a.status for _, a, _ in owned],
+        "worker_id": [a.worker_id for _, a, _ in owned],
+        "start_time": [a.start_time for _, a, _ in owned],
+        "end_time": [a.end_time for _, a, _ in owned],
+        "last_heartbeat_time": [a.last_heartbeat_time for _, a, _ in owned],
+        "error_type": [a.error.type if a.error else None for _, a, _ in owned],
+        "error_message": [a.error.message if a.error else None for _, a, _ in owned],
+        "metadata": [_encode(a.metadata) for _, a, _ in owned],
+        "last_seq": [q for _, _, q in owned],
+    }
+    kept = {"rollout_id": rollouts["rollout_id"], "state": [_encode(s) for s in states]}
+    out = [("rollout_rows", rollouts), ("attempt_rows", attempts), ("state_rows", kept)]
+    return [(name, _columns(ARROW[name], columns)) for name, columns in out if columns["rollout_id"]]
+
+
+def _columns(schema: pa.Schema, columns: dict[str, list[Any]]) -> pa.Table:
+    return pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)

@@ -13,11 +13,11 @@ from tests.benchmarks.bench_projector import control_events
 from voltbus.projections import lean
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
-from voltbus.projections.rows import ARROW, rollout_rows, telemetry_row
+from voltbus.projections.rows import ARROW, fold_tables, telemetry_row
 from voltbus.schemas import codec
 from voltbus.schemas.errors import DecodeError
 from voltbus.services.eventlog import BadEvent, Envelope
-from voltbus.services.lifecycle import decider
+from voltbus.services.lifecycle import RolloutState, decider
 from voltbus.store import Store
 
 from .conftest import dump
@@ -134,12 +134,34 @@ def test_fixed_arrow_schemas_name_every_column_of_their_rows() -> None:
             assert pa.Table.from_pylist([values], schema=ARROW[name]).to_pylist() == [values]
 
 
-def test_fixed_arrow_schemas_fit_the_rollout_rows() -> None:
+def test_fold_tables_hold_the_folded_rollouts_attempts_and_states() -> None:
     state = decider.initial_state()
     for event in control_events("t", 2):  # a queued rollout and its claimed attempt
         state = decider.evolve(state, event)  # type: ignore[arg-type]
-    rollout, attempts = rollout_rows(state, 2)
-    state_row = {"rollout_id": rollout["rollout_id"], "state": msgspec.json.encode(state)}
-    for name, rows in (("rollout_rows", [rollout]), ("attempt_rows", attempts), ("state_rows", [state_row])):
-        assert list(rows[0]) == ARROW[name].names
-        assert pa.Table.from_pylist(rows, schema=ARROW[name]).to_pylist() == rows
+    untouched = decider.evolve(decider.initial_state(), control_events("u", 2)[0])  # queued, no attempt yet
+    built = dict(fold_tables([(state, 2), (untouched, 7)]))
+    assert [n for n in built] == ["rollout_rows", "attempt_rows", "state_rows"]
+    for name, table in built.items():
+        assert table.schema == ARROW[name]
+    rollouts = built["rollout_rows"].to_pylist()
+    assert [(r["rollout_id"], r["status"], r["attempt_count"], r["last_seq"]) for r in rollouts] == [
+        (state.rollout_id, state.status, 1, 2),
+        (untouched.rollout_id, "queuing", 0, 7),
+    ]
+    assert rollouts[0]["latest_attempt_id"] == state.attempts[0].attempt_id and rollouts[1]["latest_attempt_id"] is None
+    assert msgspec.json.decode(rollouts[0]["config"]) == msgspec.to_builtins(state.config)
+    assert rollouts[0]["input"] == bytes(state.input).decode()
+    (attempt,) = built["attempt_rows"].to_pylist()
+    claimed = state.attempts[0]
+    assert (attempt["rollout_id"], attempt["attempt_id"], attempt["status"], attempt["worker_id"], attempt["last_seq"]) == (
+        state.rollout_id,
+        claimed.attempt_id,
+        claimed.status,
+        claimed.worker_id,
+        2,
+    )
+    assert [msgspec.json.decode(r["state"], type=RolloutState) for r in built["state_rows"].to_pylist()] == [
+        state,
+        untouched,
+    ]
+    assert fold_tables([]) == []

@@ -3,6 +3,8 @@ a gap in deliveries re-subscribes after the last message received; a full buffer
 
 from __future__ import annotations
 
+import datetime as dt
+import random
 import time
 
 import pytest
@@ -21,6 +23,16 @@ async def take(f: feed.Feed, count: int, timeout: float = 10.0) -> list[feed.Ite
         assert time.monotonic() < deadline, f"the feed delivered {[i.seq for i in items]} and then nothing"
         items += await f.batch(100, 0.1)
     return items
+
+
+def test_stored_times_are_the_seconds_nats_py_metadata_gives() -> None:
+    """``feed.seconds`` is a cheaper ``datetime.fromtimestamp(ns / 1e9).timestamp()`` (what nats-py's
+    ``msg.metadata`` holds): the same float for any time, at a half microsecond and just beside it too."""
+    rng = random.Random(7)
+    times = [rng.randrange(1_600_000_000 * 10**9, 2_100_000_000 * 10**9) for _ in range(20_000)]
+    times += [t // 1000 * 1000 + d for t in times[:5000] for d in (499, 500, 501, 999)]
+    expected = [dt.datetime.fromtimestamp(t / 1e9, dt.UTC).timestamp() for t in times]
+    assert [feed.seconds(t) for t in times] == expected
 
 
 async def test_a_message_without_payload_is_handed_out_in_its_place(eventlog: EventLog) -> None:

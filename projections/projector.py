@@ -182,9 +182,7 @@ class Projector:
     def diverge(self, divergence: Row) -> None:
         """Record that a stream is no longer applied (the log no longer holds what was applied)."""
         self.diverged[divergence["stream"]] = divergence["reason"]
-        self.con.register("batch", pa.Table.from_pylist([divergence]))
-        self.con.execute(self.blocks["divergence"].sql)
-        self.con.unregister("batch")
+        blocks.run(self.con, self.blocks["divergence"].sql, pa.Table.from_pylist([divergence]))
 
     def _commit(
         self,
@@ -196,12 +194,12 @@ class Projector:
         self.con.begin()
         try:
             stream, seq, stamp = checkpoint
-            self.con.execute(self.blocks["checkpoint"].sql, {"stream": stream, "seq": seq, "updated_at": stamp})
+            position = {"stream": stream, "seq": seq, "updated_at": stamp}
+            if not self.con.execute(self.blocks["checkpoint"].sql, position).fetchone()[0]:  # type: ignore[index]
+                self.con.execute(self.blocks["first_checkpoint"].sql, position)
             for name, table in blocks_:
-                self.con.register("batch", table)
-                self.con.execute(self.blocks[name].sql)
-                self.con.unregister("batch")
-            ended = training.refresh(self.con, self.blocks, cleared, candidates, self.adapter)
+                blocks.run(self.con, self.blocks[name].sql, table)
+            ended = training.refresh(self.con, self.blocks, cleared, candidates, self.adapter, self.ended)
             self.con.commit()
         except BaseException:
             self.con.rollback()

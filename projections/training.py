@@ -8,7 +8,7 @@ reward), so the tables after any interleaving of the two streams equal the table
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import duckdb
@@ -19,7 +19,7 @@ from voltbus.schemas.base import derive_id
 from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 
 from .adapter import ADAPTER_VERSION, AdapterSettings, AttemptInput, CallRow, RewardRow, SpanRow, adapt, settings_id
-from .blocks import Block
+from .blocks import Block, run
 
 Key = tuple[str, str]
 _json = msgspec.json.Decoder()
@@ -61,18 +61,19 @@ def refresh(
     cleared: Iterable[Key],
     candidates: Iterable[Key],
     settings: AdapterSettings,
+    stored: Collection[Key] | None = None,
 ) -> set[Key]:
     """Replace the training rows of the ``candidates`` that have ended (as the tables say, this transaction's
-    rows included) and take away those of ``cleared``; an attempt in progress has none. Returns the
-    candidates that have ended."""
+    rows included) and take away those of ``cleared``; an attempt in progress has none. ``stored``: the
+    attempts that can have training rows now (every one ended as of the last commit; None: any attempt), so
+    that an attempt's first rows cost no DELETEs. Returns the candidates that have ended."""
     keys = sorted(set(candidates))
     done = _ended(con, blocks, keys) if keys else []
     ended = {(d["rollout_id"], d["attempt_id"]) for d in done}
-    gone = sorted(set(cleared) | ended)
-    if not gone:
-        return ended
-    for table in ("triplets", "trajectories", "attempts"):
-        con.execute(blocks[f"training_clear_{table}"].sql, _key_lists(gone))
+    gone = sorted(k for k in set(cleared) | ended if stored is None or k in stored or k in cleared)
+    if gone:
+        for table in ("triplets", "trajectories", "attempts"):
+            con.execute(blocks[f"training_clear_{table}"].sql, _key_lists(gone))
     if not done:
         return ended
     inputs = _inputs(con, blocks, done)
@@ -119,11 +120,7 @@ def _insert(con: duckdb.DuckDBPyConnection, block: Block, table: str, rows: list
     if schema is None:
         columns = con.table(table).limit(0).to_arrow_table().schema
         schema = _SCHEMAS[table, names] = pa.schema([columns.field(n) for n in names])
-    con.register("batch", pa.Table.from_pylist(rows, schema=schema))
-    try:
-        con.execute(block.sql)
-    finally:
-        con.unregister("batch")
+    run(con, block.sql, pa.Table.from_pylist(rows, schema=schema))
 
 
 def _row(struct: msgspec.Struct) -> dict[str, Any]:

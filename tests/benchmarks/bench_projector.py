@@ -370,9 +370,7 @@ def raw_insert(stored: Stored, files: Files, streams: Sequence[str]) -> Run:
             for rows in stored.batches[stream]:
                 con.begin()
                 for name, block_rows in rows.items():
-                    con.register("batch", pa.Table.from_pylist(block_rows, schema=ARROW.get(name)))
-                    con.execute(named[name].sql)
-                    con.unregister("batch")
+                    blocks.run(con, named[name].sql, pa.Table.from_pylist(block_rows, schema=ARROW.get(name)))
                 con.commit()
             events += stored.ends[stream]
         seconds = time.perf_counter() - start

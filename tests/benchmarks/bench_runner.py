@@ -22,6 +22,9 @@ Scenarios (AL's CI workloads, scaled to this machine):
           enqueued and unfinished, topping up whenever ``in_flight/8`` have finished
   batch   AL's ``batch`` ("minimal": 6 rounds, sleep 0.5 s): enqueue ``batch`` rollouts, wait until all
           are finished and their spans stored, then the next batch
+  queue_c<N>  the queue workload with N rollouts in flight (``--concurrency``, default 8 and 32: the issue's
+          "8 and 32 concurrent rollouts"), on the same 2 runner processes; ``--concurrency-rollouts`` per N
+          (default 32 x N, at least 256)
 
 no-store side: the same agent function called directly in this process, by ``in_flight`` tasks
 pulling from a local queue (queue) or working through each batch (batch), with a DummyTracer active
@@ -105,6 +108,10 @@ class Options:
     scenarios: list[str] = field(default_factory=lambda: ["queue", "batch"])
     enqueue_many: bool = False
     """Enqueue each top-up / batch with one ``enqueue_many_rollouts`` call instead of AL's one at a time."""
+    concurrency: list[int] = field(default_factory=lambda: [8, 32])
+    """Also run the queue workload with each of these many rollouts in flight (the issue's 8 and 32)."""
+    concurrency_rollouts: int = 0
+    """Rollouts per run of a concurrency case (0: 32 per rollout in flight, at least 256)."""
     variants: bool = True
     """Also run once each: the queue scenario with the other enqueue style, and each scenario with one
     process per AL runner (``runners`` processes)."""
@@ -559,6 +566,16 @@ async def run_scenario(
     return [rollouts, spans], extra
 
 
+def concurrency_scenarios(options: Options) -> list[Scenario]:
+    """The queue workload at each ``options.concurrency`` rollouts in flight, on the queue scenario's processes."""
+    q = options.queue
+    rollouts = options.concurrency_rollouts
+    return [
+        replace(q, name=f"queue_c{n}", in_flight=n, procs=min(q.procs, n), rollouts=rollouts or max(256, 32 * n))
+        for n in options.concurrency
+    ]
+
+
 def quiet_otel() -> None:
     """Silence OpenTelemetry's "Attributes dict is full" warning (AL's random attributes pass its 128 limit)."""
     logging.getLogger("opentelemetry.attributes").setLevel(logging.ERROR)
@@ -577,6 +594,7 @@ async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = pr
     try:
         many = options.enqueue_many
         runs = [(getattr(options, n), options.reps, f"al_{n}", many) for n in options.scenarios]
+        runs += [(sc, options.reps, f"al_{sc.name}", many) for sc in concurrency_scenarios(options)]
         for n in options.scenarios if options.variants else ():
             sc: Scenario = getattr(options, n)
             if n == "queue":  # is the algorithm's enqueue the limit?
@@ -624,6 +642,16 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "--enqueue-many", action="store_true", help="enqueue_many_rollouts per top-up / batch (AL: one at a time)"
     )
     p.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="*",
+        default=d.concurrency,
+        help="also the queue workload with each of these many rollouts in flight (%(default)s; none: skip)",
+    )
+    p.add_argument(
+        "--concurrency-rollouts", type=int, default=0, help="rollouts per concurrency run (0: 32 x in flight, >= 256)"
+    )
+    p.add_argument(
         "--no-variants",
         action="store_true",
         help="skip the single runs of the other enqueue style and of one process per AL runner (16 / 8)",
@@ -644,6 +672,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     d.reps, d.warmup, d.heartbeat_s, d.claim_wait_s = a["reps"], a["warmup"], a["heartbeat"], a["claim_wait"]
     d.scenarios, d.csv = a["scenarios"], None if a["no_csv"] else a["csv"]
     d.variants, d.enqueue_many = not a["no_variants"], a["enqueue_many"]
+    d.concurrency, d.concurrency_rollouts = a["concurrency"], a["concurrency_rollouts"]
     d.readers = {"spans": a["span_readers"], "control": a["control_readers"]}
     return d
 

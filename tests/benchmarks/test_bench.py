@@ -53,7 +53,7 @@ async def test_bench_runner(tmp_path: Path) -> None:
     bench_runner.quiet_otel()
     figures = await bench_runner.run(bench_runner.Options(), tmp_path)
     cases = {f.case for f in figures}
-    assert {"al_queue", "al_queue_spans", "al_batch", "al_batch_spans"} <= cases
+    assert {"al_queue", "al_queue_spans", "al_batch", "al_batch_spans", "al_queue_c8", "al_queue_c32"} <= cases
     for f in figures:
         assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f
         if f.case.endswith("_spans"):

@@ -153,13 +153,8 @@ def test_fold_tables_hold_the_folded_rollouts_attempts_and_states() -> None:
     assert rollouts[0]["input"] == bytes(state.input).decode()
     (attempt,) = built["attempt_rows"].to_pylist()
     claimed = state.attempts[0]
-    assert (attempt["rollout_id"], attempt["attempt_id"], attempt["status"], attempt["worker_id"], attempt["last_seq"]) == (
-        state.rollout_id,
-        claimed.attempt_id,
-        claimed.status,
-        claimed.worker_id,
-        2,
-    )
+    got = [attempt[c] for c in ("rollout_id", "attempt_id", "status", "worker_id", "last_seq")]
+    assert got == [state.rollout_id, claimed.attempt_id, claimed.status, claimed.worker_id, 2]
     assert [msgspec.json.decode(r["state"], type=RolloutState) for r in built["state_rows"].to_pylist()] == [
         state,
         untouched,

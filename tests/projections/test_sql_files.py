@@ -9,6 +9,7 @@ from voltbus.schemas.catalog import EVENT_TYPES
 from voltbus.schemas.rollouts import RolloutEvent
 
 DERIVED = {"rollout_rows", "attempt_rows", "state_rows", "activity_rows", "quarantine", "gaps", "checkpoint"}
+DERIVED |= {"first_checkpoint"}
 DERIVED |= {"training_clear_triplets", "training_clear_trajectories", "training_clear_attempts"}
 DERIVED |= {"training_done", "training_spans", "training_calls", "training_rewards"}
 DERIVED |= {"training_settings", "ended_attempts"}
@@ -27,6 +28,10 @@ def test_every_block_is_known_documented_and_valid() -> None:
         con.execute(block.sql)
     for block in named.values():  # every block must at least bind against the tables it writes
         assert block.sql.strip().endswith(";")
+    # blocks read their rows as ``batch`` (blocks.run: DuckDB finds the Arrow table by its variable name); a table
+    # or view of that name would be read instead
+    names = {n for (n,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    assert "batch" not in names and len(names) > 10, names
 
 
 def test_every_event_type_reaches_a_table() -> None:

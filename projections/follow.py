@@ -127,6 +127,8 @@ class Following:
         self.use = {s: self.counts.get(s, 0) > 0 and forks.supported() for s in STREAMS}
         self.failed = {s: (0, -1) for s in STREAMS}
         """Per stream: reader failures in a row without progress between them, and the position at the last."""
+        self.waiting: dict[str, tuple[Batch, asyncio.Future[None]]] = {}
+        """Batches waiting for the writer, by stream: whichever stream's task gets the writer applies them all."""
 
     def stopped(self) -> bool:
         return self.stop is not None and self.stop.is_set()
@@ -181,6 +183,36 @@ class Following:
         else:
             log.warning("%s: starting the readers of %s again after seq %d", exc, stream, position)
 
+    async def apply_waiting(self, stream: str, batch: Batch) -> None:
+        """Apply ``batch`` once this task has the writer, together with the other stream's batch if that one is
+        waiting for the writer too (one transaction for both); raises what applying ``batch`` raised, whichever
+        task applied it."""
+        done = asyncio.get_running_loop().create_future()
+        self.waiting[stream] = (batch, done)
+        async with self.lock:
+            if not done.done():  # else the other stream's task applied it while this one waited
+                waiting, self.waiting = self.waiting, {}
+                try:
+                    await self._apply_all(waiting)
+                finally:  # cancelled: the other task must not wait for ever
+                    for _, future in waiting.values():
+                        if not future.done():
+                            future.cancel()
+        await done
+
+    async def _apply_all(self, waiting: dict[str, tuple[Batch, asyncio.Future[None]]]) -> None:
+        batches = {s: b for s, (b, _) in waiting.items()}
+        if len(batches) > 1 and await asyncio.to_thread(self.projector.apply_together, batches):  # type: ignore[arg-type]
+            for _, future in waiting.values():
+                future.set_result(None)
+            return
+        for s, (b, future) in waiting.items():
+            try:
+                await self.apply(s, b)
+                future.set_result(None)
+            except Exception as exc:  # handed to the task whose batch it is
+                future.set_exception(exc)
+
     async def apply(self, stream: str, batch: Batch) -> None:
         if isinstance(batch, Prepared):
             await asyncio.to_thread(self.projector.commit, batch)
@@ -234,8 +266,7 @@ class Following:
         """Apply one batch (a prepared one the database refuses: its events here, in halves); returns the
         source to go on with."""
         try:
-            async with self.lock:
-                await self.apply(stream, batch)
+            await self.apply_waiting(stream, batch)
         except (duckdb.Error, *UNAPPLIABLE) as exc:
             if not isinstance(batch, Prepared) or isinstance(exc, MemoryError):
                 raise

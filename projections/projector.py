@@ -154,15 +154,49 @@ class Projector:
     def commit(self, prepared: Prepared, preparer: Preparer | None = None) -> None:
         """Write a prepared batch and move its stream's checkpoint, in one transaction. ``preparer``: this
         process's, when it prepared the batch (else the folds are read again when next needed)."""
-        checkpoint = (prepared.stream, prepared.last, prepared.stamp)
-        candidates = prepared.candidates
-        if prepared.stream == "spans":  # telemetry: only that of an ended attempt changes training rows
-            candidates = [k for k in candidates if k in self.ended]
-        self._commit(prepared.tables, checkpoint, prepared.cleared, candidates)
-        self.positions[prepared.stream], self.stamps[prepared.stream] = prepared.last, prepared.stamp
-        self.applied += prepared.count
-        if preparer is None or preparer is not self._preparers.get(prepared.stream):
-            self._preparers.pop(prepared.stream, None)
+        self.commit_all([(prepared, preparer)])
+
+    def commit_all(self, batches: list[tuple[Prepared, Preparer | None]]) -> None:
+        """Write prepared batches (of different streams) and move their checkpoints, in one transaction."""
+        ended_here = {k for p, _ in batches if p.stream == "control" for k in p.candidates}
+        tables_: list[tuple[str, pa.Table]] = []
+        checkpoints, cleared, candidates = [], [], []
+        for prepared, _ in batches:
+            tables_ += prepared.tables
+            checkpoints.append((prepared.stream, prepared.last, prepared.stamp))
+            cleared += prepared.cleared
+            if prepared.stream == "spans":  # telemetry: only that of an ended attempt changes training rows
+                candidates += [k for k in prepared.candidates if k in self.ended or k in ended_here]
+            else:
+                candidates += prepared.candidates
+        self._commit(tables_, checkpoints, cleared, candidates)
+        for prepared, preparer in batches:
+            self.positions[prepared.stream], self.stamps[prepared.stream] = prepared.last, prepared.stamp
+            self.applied += prepared.count
+            if preparer is None or preparer is not self._preparers.get(prepared.stream):
+                self._preparers.pop(prepared.stream, None)
+
+    def apply_together(self, batches: dict[str, list[Envelope | BadEvent] | Prepared]) -> bool:
+        """Apply one batch of each stream in one transaction: a trickle on both streams then costs half the
+        commits (and one training refresh instead of two). False when that failed and nothing of them landed:
+        apply each alone then (``apply`` / ``commit``), which deals with what DuckDB refuses."""
+        pairs: list[tuple[Prepared, Preparer | None]] = []
+        try:
+            for stream, batch in batches.items():
+                if isinstance(batch, Prepared):
+                    pairs.append((batch, None))
+                    continue
+                preparer = self.preparer(stream)
+                preparer.positions[stream] = self.positions[stream]
+                if (prepared := preparer.prepare(stream, batch)) is not None:
+                    pairs.append((prepared, preparer))
+            if pairs:
+                self.commit_all(pairs)
+            return True
+        except Exception as exc:  # each batch alone says what is wrong, or lands
+            log.info("batches of %s not applied together (%s): applying each alone", ", ".join(batches), exc)
+            self._preparers.clear()  # folds prepared here went ahead of the database
+            return False
 
     def touched_after(self, seq: int) -> set[tuple[str, str]]:
         """Attempts with a sign of life on the spans stream after ``seq``."""
@@ -175,7 +209,7 @@ class Projector:
         and fresh training rows, the checkpoint moves back to that sequence (stored at ``stamp``)."""
         seq = divergence["good_to"]
         rows = {"rewind_spans": [{"seq": seq}], "activity_rows": activity, "divergence": [divergence]}
-        self._commit(tables(rows), ("spans", seq, stamp), sorted(keys), sorted(keys))
+        self._commit(tables(rows), [("spans", seq, stamp)], sorted(keys), sorted(keys))
         self.positions["spans"], self.stamps["spans"] = seq, stamp
         self._preparers.pop("spans", None)
 
@@ -187,16 +221,16 @@ class Projector:
     def _commit(
         self,
         blocks_: list[tuple[str, pa.Table]],
-        checkpoint: tuple[str, int, float],
+        checkpoints: list[tuple[str, int, float]],
         cleared: list[Key],
         candidates: list[Key],
     ) -> None:
         self.con.begin()
         try:
-            stream, seq, stamp = checkpoint
-            position = {"stream": stream, "seq": seq, "updated_at": stamp}
-            if not self.con.execute(self.blocks["checkpoint"].sql, position).fetchone()[0]:  # type: ignore[index]
-                self.con.execute(self.blocks["first_checkpoint"].sql, position)
+            for stream, seq, stamp in checkpoints:
+                position = {"stream": stream, "seq": seq, "updated_at": stamp}
+                if not self.con.execute(self.blocks["checkpoint"].sql, position).fetchone()[0]:  # type: ignore[index]
+                    self.con.execute(self.blocks["first_checkpoint"].sql, position)
             for name, table in blocks_:
                 blocks.run(self.con, self.blocks[name].sql, table)
             ended = training.refresh(self.con, self.blocks, cleared, candidates, self.adapter, self.ended)

@@ -28,8 +28,10 @@ REQUEST = msgspec.json.encode({"model": "tiny", "messages": [{"role": "user", "c
 class NoTraining(Projector):
     """The projector with the training tables left empty (the baseline)."""
 
-    def _commit(self, blocks_: list[tuple[str, pa.Table]], checkpoint: tuple[str, int, float], *_: object) -> None:
-        super()._commit(blocks_, checkpoint, [], [])
+    def _commit(
+        self, blocks_: list[tuple[str, pa.Table]], checkpoints: list[tuple[str, int, float]], *_: object
+    ) -> None:  # noqa: E501
+        super()._commit(blocks_, checkpoints, [], [])
 
 
 def _span(rid: str, aid: str, n: int, name: str, parent: str | None, attrs: dict[str, object]) -> SpanRecorded:

@@ -47,9 +47,10 @@ async def test_bench_projector(tmp_path: Path) -> None:
         assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 async def test_bench_runner(tmp_path: Path) -> None:
-    """AL's store benchmark (queue, batch) on runner processes, next to no store: prints, appends to results.csv."""
+    """AL's store benchmark (queue, batch; the queue at 8 and 32 in flight) on runner processes, next to no store:
+    prints, appends to results.csv."""
     bench_runner.quiet_otel()
     figures = await bench_runner.run(bench_runner.Options(), tmp_path)
     cases = {f.case for f in figures}

@@ -141,15 +141,19 @@ class Projector:
             self._apply(stream, [_strict(i) for i in items])
 
     def _apply(self, stream: str, items: list[Envelope | BadEvent]) -> None:
+        prepared, preparer = self._prepare(stream, items)
+        if prepared is not None:
+            self.commit(prepared, preparer)
+
+    def _prepare(self, stream: str, items: list[Envelope | BadEvent]) -> tuple[Prepared | None, Preparer]:
+        """A batch prepared by this process's preparer from the committed position (None: nothing new)."""
         preparer = self.preparer(stream)
         preparer.positions[stream] = self.positions[stream]
         try:
-            prepared = preparer.prepare(stream, items)
+            return preparer.prepare(stream, items), preparer
         except BaseException:
             self._preparers.pop(stream, None)  # its folds went ahead of the database (Arrow refused a row)
             raise
-        if prepared is not None:
-            self.commit(prepared, preparer)
 
     def commit(self, prepared: Prepared, preparer: Preparer | None = None) -> None:
         """Write a prepared batch and move its stream's checkpoint, in one transaction. ``preparer``: this
@@ -183,12 +187,8 @@ class Projector:
         pairs: list[tuple[Prepared, Preparer | None]] = []
         try:
             for stream, batch in batches.items():
-                if isinstance(batch, Prepared):
-                    pairs.append((batch, None))
-                    continue
-                preparer = self.preparer(stream)
-                preparer.positions[stream] = self.positions[stream]
-                if (prepared := preparer.prepare(stream, batch)) is not None:
+                prepared, preparer = (batch, None) if isinstance(batch, Prepared) else self._prepare(stream, batch)
+                if prepared is not None:
                     pairs.append((prepared, preparer))
             if pairs:
                 self.commit_all(pairs)

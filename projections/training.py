@@ -61,16 +61,16 @@ def refresh(
     cleared: Iterable[Key],
     candidates: Iterable[Key],
     settings: AdapterSettings,
-    stored: Collection[Key] | None = None,
+    stored: Collection[Key],
 ) -> set[Key]:
     """Replace the training rows of the ``candidates`` that have ended (as the tables say, this transaction's
     rows included) and take away those of ``cleared``; an attempt in progress has none. ``stored``: the
-    attempts that can have training rows now (every one ended as of the last commit; None: any attempt), so
-    that an attempt's first rows cost no DELETEs. Returns the candidates that have ended."""
+    attempts that can have training rows now (every one ended as of the last commit), so that an attempt's
+    first rows cost no DELETEs. Returns the candidates that have ended."""
     keys = sorted(set(candidates))
     done = _ended(con, blocks, keys) if keys else []
     ended = {(d["rollout_id"], d["attempt_id"]) for d in done}
-    gone = sorted(k for k in set(cleared) | ended if stored is None or k in stored or k in cleared)
+    gone = sorted(set(cleared) | {k for k in ended if k in stored})
     if gone:
         for table in ("triplets", "trajectories", "attempts"):
             con.execute(blocks[f"training_clear_{table}"].sql, _key_lists(gone))

@@ -23,7 +23,7 @@ import msgspec
 
 from voltbus.schemas import codec
 from voltbus.schemas.base import Event
-from voltbus.schemas.spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanEvent, SpanRecorded
+from voltbus.schemas.spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanBatch, SpanEvent, SpanRecorded
 from voltbus.services.eventlog import EventLog, Feed
 
 LISTS = {"prompt_ids": False, "response_ids": False, "logprobs": True}
@@ -64,7 +64,17 @@ LeanModelCalled = msgspec.defstruct(
 """ModelCalled with ``prompt_ids``, ``response_ids`` and ``logprobs`` as JSON text (same tag, same fields),
 and ``stored``: the message it was decoded from (set after decoding)."""
 
-_lean = msgspec.json.Decoder(SpanRecorded | LeanModelCalled | RewardReported | AttemptHeartbeatSent)
+LeanItem = SpanRecorded | LeanModelCalled | RewardReported | AttemptHeartbeatSent  # type: ignore[valid-type]
+
+
+class LeanSpanBatch(SpanBatch, frozen=True, kw_only=True, tag="SpanBatch"):
+    """A SpanBatch whose model calls are read lean, and ``stored``: the message it was decoded from."""
+
+    events: list[LeanItem]  # type: ignore[assignment]
+    stored: bytes = msgspec.field(default=b"", name="voltbus:stored")
+
+
+_lean = msgspec.json.Decoder(LeanItem | LeanSpanBatch)
 
 
 def plain_numbers(raw: bytes, floats: bool) -> bool:
@@ -106,9 +116,11 @@ def decode_spans(data: bytes | bytearray | memoryview) -> SpanEvent:
         event = _lean.decode(data)
     except msgspec.DecodeError:
         return codec.decode_spans(data)  # raises with the codec's reason
-    if not isinstance(event, LeanModelCalled):
+    batch = isinstance(event, LeanSpanBatch)
+    if not batch and not isinstance(event, LeanModelCalled):
         return event  # type: ignore[no-any-return]
-    if not all(plain_numbers(bytes(getattr(event, n)), f) for n, f in LISTS.items()):
+    calls = [e for e in event.events if isinstance(e, LeanModelCalled)] if batch else [event]
+    if not all(plain_numbers(bytes(getattr(c, n)), f) for c in calls for n, f in LISTS.items()):
         return codec.decode_spans(data)
     msgspec.structs.force_setattr(event, "stored", bytes(data))  # for strict(), should DuckDB refuse it
     return event  # type: ignore[no-any-return]
@@ -123,8 +135,8 @@ def projector_feed(log_: EventLog, stream: str) -> Feed:
 
 
 def is_lean(event: object) -> bool:
-    """Whether ``event`` came from the lean decoder."""
-    return isinstance(event, LeanModelCalled)
+    """Whether ``event`` came from the lean decoder (a model call read lean, or a batch)."""
+    return isinstance(event, LeanModelCalled | LeanSpanBatch)
 
 
 def strict(event: Any) -> SpanEvent:

@@ -22,7 +22,7 @@ from voltbus.services.lifecycle import RolloutState, decider
 from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 
 from . import lean
-from .rows import ARROW, Row, activity_key, control_row, count_activity, fold_tables, telemetry_row
+from .rows import ARROW, Row, activity_keys, control_row, count_activity, fold_tables, telemetry_rows
 
 log = logging.getLogger(__name__)
 
@@ -183,9 +183,10 @@ class Preparer:
         )
 
     def _telemetry(self, env: Envelope, rows: dict[str, list[Row]], activity: dict[Key, Row]) -> None:
-        if (row := telemetry_row(env)) is not None:
-            rows[row[0]].append(row[1])
-        if (key := activity_key(env)) is not None:
+        found = telemetry_rows(env)  # every row of the message or, should one fail, none (it is quarantined)
+        for name, row in found:
+            rows[name].append(row)
+        for key in activity_keys(env):
             count_activity(activity, key, env)
 
     def _control(self, env: Envelope, rows: dict[str, list[Row]], touched: dict[str, int], cleared: set[Key]) -> None:

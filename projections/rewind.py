@@ -30,7 +30,7 @@ from voltbus.services.eventlog import EventLog
 from voltbus.services.eventlog.records import Envelope
 
 from .projector import Projector
-from .rows import Row, activity_key, count_activity
+from .rows import Row, activity_keys, count_activity
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +79,9 @@ async def recount(log_: EventLog, keys: set[tuple[str, str]], to_seq: int) -> li
     if not keys or to_seq == 0:
         return []
     async for item in log_.replay("spans", to_seq=to_seq):
-        if isinstance(item, Envelope) and (key := activity_key(item)) in keys:
-            count_activity(rows, key, item)  # type: ignore[arg-type]
+        for key in activity_keys(item) if isinstance(item, Envelope) else []:
+            if key in keys:
+                count_activity(rows, key, item)  # type: ignore[arg-type]
     return list(rows.values())
 
 

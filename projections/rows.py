@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from voltbus.schemas.gateway import GatewayPaused, GatewayResumed
 from voltbus.schemas.resources import ResourcesPublished
-from voltbus.schemas.spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanRecorded
+from voltbus.schemas.spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanItem, SpanRecorded, items_of
 from voltbus.schemas.training import CheckpointSaved, RunFinished, RunStarted, StepCompleted, StepStarted
 from voltbus.schemas.workers import WorkerStatusReported
 from voltbus.services.eventlog import Envelope
@@ -36,6 +36,7 @@ ARROW: dict[str, pa.Schema] = {
         + [(c, _TEXT) for c in ("trace_id", "span_id", "parent_id", "name")]
         + [("start_time", _F64), ("end_time", _F64)]
         + [(c, _TEXT) for c in ("status_code", "status_description", "attributes", "events", "resource_attributes")]
+        + [("seq_index", _I32)]
     ),
     "ModelCalled": pa.schema(
         [("seq", _I64)]
@@ -44,12 +45,13 @@ ARROW: dict[str, pa.Schema] = {
         + [("latency_s", _F64), ("prompt_tokens", _I32), ("completion_tokens", _I32), ("total_tokens", _I32)]
         + [("status", _TEXT), ("error", _TEXT), ("recorded_at", _F64), ("finish_reason", _TEXT)]
         + [("http_status", _I32), ("upstream", _TEXT), ("retries", _I32), ("rewritten", pa.list_(_TEXT))]
-        + [("streamed", pa.bool_()), ("mode", _TEXT), ("choices", _TEXT)]
+        + [("streamed", pa.bool_()), ("mode", _TEXT), ("choices", _TEXT), ("seq_index", _I32)]
     ),
     "RewardReported": pa.schema(
         [("seq", _I64)]
         + [(c, _TEXT) for c in ("event_id", "rollout_id", "attempt_id")]
         + [("value", _F64), ("dimensions", _TEXT), ("primary_key", _TEXT), ("call_id", _TEXT), ("recorded_at", _F64)]
+        + [("seq_index", _I32)]
     ),
     "activity_rows": pa.schema(
         [("rollout_id", _TEXT), ("attempt_id", _TEXT), ("last_seen", _F64), ("events", _I64), ("last_seq", _I64)]
@@ -89,9 +91,16 @@ def list_text(value: msgspec.Raw | list[Any]) -> str:
     return bytes(value).decode() if isinstance(value, msgspec.Raw) else json_text(value)
 
 
-def telemetry_row(env: Envelope) -> tuple[str, Row] | None:
-    """The row a spans-stream event adds, under its block name (None: it only counts as activity)."""
-    e, seq = env.event, env.seq
+def telemetry_rows(env: Envelope) -> list[tuple[str, Row]]:
+    """The rows a spans-stream message adds (one per event of a batch that is not only a sign of life), each
+    under its block name; the events of one message share its sequence."""
+    items = enumerate(items_of(env.event))  # type: ignore[arg-type]
+    return [row for i, e in items if (row := telemetry_row(e, env.seq, i)) is not None]
+
+
+def telemetry_row(e: SpanItem, seq: int, index: int = 0) -> tuple[str, Row] | None:
+    """The row a telemetry event stored at ``seq`` (the ``index``-th of its message) adds, under its block name
+    (None: it only counts as activity)."""
     match e:
         case SpanRecorded():
             return "SpanRecorded", {
@@ -111,6 +120,7 @@ def telemetry_row(env: Envelope) -> tuple[str, Row] | None:
                 "attributes": json_text(e.attributes),
                 "events": json_text(e.events),
                 "resource_attributes": json_text(e.resource_attributes),
+                "seq_index": index,
             }
         case ModelCalled() | LeanModelCalled():
             return "ModelCalled", {
@@ -141,6 +151,7 @@ def telemetry_row(env: Envelope) -> tuple[str, Row] | None:
                 "streamed": e.streamed,
                 "mode": e.mode,
                 "choices": json_text(e.choices),
+                "seq_index": index,
             }
         case RewardReported():
             return "RewardReported", {
@@ -153,6 +164,7 @@ def telemetry_row(env: Envelope) -> tuple[str, Row] | None:
                 "primary_key": e.primary_key,
                 "call_id": e.call_id,
                 "recorded_at": e.at,
+                "seq_index": index,
             }
     return None
 
@@ -176,16 +188,14 @@ def gateway_row(e: GatewayPaused | GatewayResumed, seq: int) -> Row:
 _SIGNS_OF_LIFE = (SpanRecorded, ModelCalled, LeanModelCalled, RewardReported, AttemptHeartbeatSent)
 
 
-def activity_key(env: Envelope) -> tuple[str, str] | None:
-    """(rollout, attempt) of a sign of life on the spans stream."""
-    e = env.event
-    if isinstance(e, _SIGNS_OF_LIFE):
-        return e.rollout_id, e.attempt_id
-    return None
+def activity_keys(env: Envelope) -> list[tuple[str, str]]:
+    """(rollout, attempt) of each sign of life a spans-stream message holds."""
+    return [(e.rollout_id, e.attempt_id) for e in items_of(env.event) if isinstance(e, _SIGNS_OF_LIFE)]  # type: ignore[arg-type]
 
 
 def count_activity(activity: dict[tuple[str, str], Row], key: tuple[str, str], env: Envelope) -> None:
-    """Add a sign of life of attempt ``key`` (the event ``env``) to its ``attempt_activity`` row in ``activity``."""
+    """Add a sign of life of attempt ``key`` (an event of the message ``env``) to its ``attempt_activity`` row in
+    ``activity``."""
     seen = activity.get(key)
     activity[key] = {
         "rollout_id": key[0],

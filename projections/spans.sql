@@ -16,7 +16,8 @@ CREATE TABLE IF NOT EXISTS spans (
     status_description VARCHAR,
     attributes JSON,
     events JSON,
-    resource_attributes JSON
+    resource_attributes JSON,
+    seq_index INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS model_calls (
     seq BIGINT NOT NULL,
@@ -45,7 +46,8 @@ CREATE TABLE IF NOT EXISTS model_calls (
     rewritten VARCHAR[],
     streamed BOOLEAN,
     mode VARCHAR,
-    choices JSON
+    choices JSON,
+    seq_index INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS rewards (
     seq BIGINT NOT NULL,
@@ -56,7 +58,8 @@ CREATE TABLE IF NOT EXISTS rewards (
     dimensions JSON,
     primary_key VARCHAR,
     call_id VARCHAR,
-    recorded_at DOUBLE
+    recorded_at DOUBLE,
+    seq_index INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS attempt_activity (
     rollout_id VARCHAR NOT NULL,

@@ -125,7 +125,7 @@ SELECT rollout_id, attempt_id FROM attempts WHERE NOT list_contains($active, sta
 -- name: training_spans
 -- The stored spans of the attempts of the keys, as the adapter reads them. The rows are found on the two key
 -- columns first, then fetched by rowid: a join would read (and decompress) every row's attributes.
-SELECT s.rollout_id, s.attempt_id, s.seq, s.sequence_id, s.span_id, s.parent_id, s.name, s.attributes, s.status_code
+SELECT s.rollout_id, s.attempt_id, s.seq, s.seq_index, s.sequence_id, s.span_id, s.parent_id, s.name, s.attributes, s.status_code
 FROM spans AS s
 WHERE s.rowid IN (
     SELECT k.rowid FROM spans AS k
@@ -136,7 +136,7 @@ WHERE s.rowid IN (
 -- name: training_calls
 -- The stored gateway model calls of the attempts of the keys (found by key, then fetched by rowid).
 SELECT
-    c.rollout_id, c.attempt_id, c.seq, c.call_id, c.resources_id, c.model, c.response,
+    c.rollout_id, c.attempt_id, c.seq, c.seq_index, c.call_id, c.resources_id, c.model, c.response,
     c.prompt_ids, c.response_ids, c.logprobs, c.status
 FROM model_calls AS c
 WHERE c.rowid IN (
@@ -147,7 +147,7 @@ WHERE c.rowid IN (
 
 -- name: training_rewards
 -- The stored reward events of the attempts of the keys (found by key, then fetched by rowid).
-SELECT r.rollout_id, r.attempt_id, r.seq, r.event_id, r.value, r.dimensions, r.primary_key, r.call_id
+SELECT r.rollout_id, r.attempt_id, r.seq, r.seq_index, r.event_id, r.value, r.dimensions, r.primary_key, r.call_id
 FROM rewards AS r
 WHERE r.rowid IN (
     SELECT k.rowid FROM rewards AS k

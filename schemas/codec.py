@@ -11,7 +11,7 @@ import msgspec
 
 from .errors import DecodeError
 from .events import AnyEvent, ControlEvent
-from .spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanEvent, SpanRecorded
+from .spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanBatch, SpanEvent, SpanRecorded
 
 _encoder = msgspec.json.Encoder()
 _control = msgspec.json.Decoder(ControlEvent)
@@ -94,7 +94,7 @@ def stream_of(event: AnyEvent) -> Literal["control", "spans"]:
     'spans'
     """
     match event:
-        case SpanRecorded() | ModelCalled() | RewardReported() | AttemptHeartbeatSent():
+        case SpanRecorded() | ModelCalled() | RewardReported() | AttemptHeartbeatSent() | SpanBatch():
             return "spans"
         case _:
             return "control"

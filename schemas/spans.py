@@ -5,6 +5,7 @@ Span fields follow Agent Lightning's OpenTelemetry-shaped ``Span`` (``types/trac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 import msgspec
@@ -181,5 +182,28 @@ class AttemptHeartbeatSent(Event, frozen=True, kw_only=True):
     """When the heartbeat was sent."""
 
 
-SpanEvent = SpanRecorded | ModelCalled | RewardReported | AttemptHeartbeatSent
+SpanItem = SpanRecorded | ModelCalled | RewardReported | AttemptHeartbeatSent
+"""One telemetry event: what a ``SpanBatch`` holds."""
+
+
+class SpanBatch(Event, frozen=True, kw_only=True):
+    """Several telemetry events of one shard subject stored as one message: one write (and one fsync) for a
+    flush of a rollout's spans instead of one per span. Its id is derived from the ids of its events in order,
+    so the same batch published again is stored once."""
+
+    events: Annotated[list[SpanItem], msgspec.Meta(min_length=1)]
+    """The events, in the order they were published."""
+
+
+SpanEvent = SpanItem | SpanBatch
 """Every event on the spans stream."""
+
+
+def items_of(event: SpanEvent) -> Sequence[SpanItem]:
+    """The telemetry events a spans-stream message holds: a batch's events, or the event itself.
+
+    >>> beat = AttemptHeartbeatSent(event_id="e", rollout_id="r", attempt_id="a", worker_id="w", at=1)
+    >>> items_of(beat) == (beat,), items_of(SpanBatch(event_id="b", events=[beat, beat])) == [beat, beat]
+    (True, True)
+    """
+    return event.events if isinstance(event, SpanBatch) else (event,)

@@ -27,7 +27,7 @@ from .events import AnyEvent
 from .gateway import GatewayPaused, GatewayResumed
 from .resources import ResourcesPublished
 from .rollouts import RolloutEvent, RolloutQueued, RolloutRequeued
-from .spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanRecorded
+from .spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanBatch, SpanRecorded
 from .training import CheckpointSaved, RunFinished, RunStarted, StepCompleted, StepStarted
 from .workers import WorkerStatusReported
 
@@ -169,6 +169,8 @@ def subject_for(topology: Topology, event: AnyEvent) -> str:
             return topology.gateway(event.gateway_id)
         case SpanRecorded() | ModelCalled() | RewardReported() | AttemptHeartbeatSent():
             return topology.span_shard(event.rollout_id)
+        case SpanBatch():  # its events share one shard subject (EventLog.publish_spans groups them so)
+            return topology.span_shard(event.events[0].rollout_id)
         case _:
             raise TypeError(f"not a voltbus event: {event!r}")
 

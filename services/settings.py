@@ -49,6 +49,9 @@ class NatsSettings(BaseModel):
     """Number of span subjects (a rollout maps to one by a stable hash)."""
     span_window: int = 2000
     """Most span publishes in flight per connection (bounds client memory)."""
+    span_batch_bytes: int = Field(default=256 * 1024, ge=0)
+    """Most bytes of telemetry events of one shard that one publish stores as one message (a ``SpanBatch``):
+    one write and one fsync for a flush instead of one per span. 0: one message per event."""
     publish_retries: int = 5
     """How many times an unacknowledged publish is retried (same message id) before failing."""
     conflict_retries: int = 10

@@ -25,6 +25,7 @@ from pydantic_core import PydanticUndefined
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from voltbus.schemas.catalog import EVENT_TYPES
+from voltbus.schemas.spans import SpanBatch, SpanRecorded
 from voltbus.schemas.subjects import Topology, subject_for
 from voltbus.services.settings import Settings
 
@@ -257,6 +258,8 @@ def subject_pattern(cls: type[msgspec.Struct], topology: Topology) -> tuple[str,
     """(stream, subject pattern) of an event type, found by routing a placeholder instance."""
     fields = msgspec.structs.fields(cls)
     required = {f.name: _placeholder(f.name) for f in fields if f.required or isinstance(f.default, str)}
+    if cls is SpanBatch:  # routed by its events: one of them stands in
+        return subject_pattern(SpanRecorded, topology)
     subject = subject_for(topology, cls(**required))  # type: ignore[arg-type]
     for name, token in required.items():
         subject = subject.replace(token, f"<{name}>")

@@ -124,17 +124,20 @@ def _pair(spans: list[Call], rows: list[CallRow]) -> dict[str, Call]:
 
 def _timeline(
     spans: list[SpanRow], rows: list[CallRow], events: list[RewardRow]
-) -> list[tuple[int, SpanRow | CallRow | RewardRow]]:
-    """Every row by stream position (unique within the stream)."""
-    items: list[tuple[int, SpanRow | CallRow | RewardRow]] = [(s.seq, s) for s in spans]
-    items += [(r.seq, r) for r in rows] + [(e.seq, e) for e in events]
+) -> list[tuple[tuple[int, int], SpanRow | CallRow | RewardRow]]:
+    """Every row by stream position (sequence, place in its message: unique within the stream)."""
+    items: list[tuple[tuple[int, int], SpanRow | CallRow | RewardRow]] = [(_at(r), r) for r in [*spans, *rows, *events]]
     return sorted(items, key=lambda p: p[0])
+
+
+def _at(row: SpanRow | CallRow | RewardRow) -> tuple[int, int]:
+    return row.seq, row.seq_index
 
 
 def find(attempt: AttemptInput, tree: Tree, settings: AdapterSettings) -> Found:
     """Every call and reward of the attempt, pairs merged and gateway rows placed, sorted by order."""
     span_calls, rewards = _scan(tree, settings)
-    rows = sorted(attempt.calls, key=lambda r: r.seq)
+    rows = sorted(attempt.calls, key=_at)
     pairs = _pair(sorted((c for c in span_calls if c.scope != "nested"), key=lambda c: c.key), rows)
     paired_spans = {id(c) for c in pairs.values()}
     calls = [c for c in span_calls if id(c) not in paired_spans]
@@ -142,7 +145,7 @@ def find(attempt: AttemptInput, tree: Tree, settings: AdapterSettings) -> Found:
     events = [r for r in attempt.rewards if r.event_id not in copies]
     selected = settings.agent_match is None
     anchor = 0
-    for seq, row in _timeline(attempt.spans, rows, events):
+    for (seq, index), row in _timeline(attempt.spans, rows, events):
         if isinstance(row, SpanRow):
             anchor = max(anchor, row.sequence_id)
         elif isinstance(row, CallRow) and row.call_id in pairs:
@@ -152,10 +155,10 @@ def find(attempt: AttemptInput, tree: Tree, settings: AdapterSettings) -> Found:
                                                  sampled=merged(from_call(row), span.sampled)))  # fmt: skip
         elif isinstance(row, CallRow):
             scope: Scope = "selected" if selected else "outside_agent"
-            calls.append(Call(key=(anchor, 1, seq), parent=ROOT, call_id=row.call_id, source="gateway",
+            calls.append(Call(key=(anchor, 1, seq, index), parent=ROOT, call_id=row.call_id, source="gateway",
                               agent=None, scope=scope, sampled=from_call(row)))  # fmt: skip
         else:
-            rewards.append(row_reward(row, (anchor, 1, seq)))
+            rewards.append(row_reward(row, (anchor, 1, seq, index)))
     calls.sort(key=lambda c: c.key)
     rewards.sort(key=lambda r: r.key)
     return Found(calls=calls, rewards=rewards, copies_dropped=len(attempt.rewards) - len(events))

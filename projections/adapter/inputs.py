@@ -13,6 +13,8 @@ class SpanRow(msgspec.Struct, frozen=True, kw_only=True):
 
     seq: int
     """Position in the spans stream; breaks ties of ``sequence_id``."""
+    seq_index: int = 0
+    """Its place among the events of its message (a ``SpanBatch``'s)."""
     sequence_id: int
     """Order within the rollout, independent of clocks."""
     span_id: str
@@ -32,6 +34,8 @@ class CallRow(msgspec.Struct, frozen=True, kw_only=True):
 
     seq: int
     """Position in the spans stream (the gateway appends when the call ends)."""
+    seq_index: int = 0
+    """Its place among the events of its message."""
     call_id: str
     """The gateway's call id; rewards may point at it."""
     resources_id: str | None = None
@@ -55,6 +59,8 @@ class RewardRow(msgspec.Struct, frozen=True, kw_only=True):
 
     seq: int
     """Position in the spans stream."""
+    seq_index: int = 0
+    """Its place among the events of its message."""
     event_id: str
     """Event id; the runner derives it from the reward span it copies (see ``rewards.py``)."""
     value: float | None = None

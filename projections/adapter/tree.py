@@ -16,8 +16,9 @@ from .inputs import SpanRow
 ROOT = "attempt"
 """Id of the synthetic root every top-level span hangs under."""
 
-Key = tuple[int, int, int]
-"""Order of an item in the attempt: (sequence id, 0 for spans / 1 for gateway rows placed after it, stream seq)."""
+Key = tuple[int, int, int, int]
+"""Order of an item in the attempt: (sequence id, 0 for spans / 1 for gateway rows placed after it, stream seq,
+place in its message)."""
 
 
 class Node(msgspec.Struct, kw_only=True):
@@ -48,7 +49,7 @@ class Tree(msgspec.Struct, kw_only=True):
 
 def span_key(span: SpanRow) -> Key:
     """A span's order key."""
-    return (span.sequence_id, 0, span.seq)
+    return (span.sequence_id, 0, span.seq, span.seq_index)
 
 
 def build_tree(spans: list[SpanRow]) -> Tree:

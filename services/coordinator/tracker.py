@@ -6,7 +6,7 @@ It is rebuilt from the streams on start; nothing here is a source of truth.
 
 from __future__ import annotations
 
-from voltbus.schemas.spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanRecorded
+from voltbus.schemas.spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanRecorded, items_of
 from voltbus.schemas.subjects import aggregate_of
 from voltbus.services.eventlog import Envelope
 from voltbus.services.lifecycle import RolloutState, decider
@@ -40,10 +40,10 @@ class Tracker:
 
     def apply_span(self, env: Envelope) -> None:
         """Note a sign of life of an attempt of an unfinished rollout (at the server's receive time)."""
-        event = env.event
-        if isinstance(event, SIGNS_OF_LIFE) and event.rollout_id in self.rollouts:
-            key = (event.rollout_id, event.attempt_id)
-            self.last_seen[key] = max(self.last_seen.get(key, 0.0), env.time)
+        for event in items_of(env.event):  # type: ignore[arg-type]
+            if isinstance(event, SIGNS_OF_LIFE) and event.rollout_id in self.rollouts:
+                key = (event.rollout_id, event.attempt_id)
+                self.last_seen[key] = max(self.last_seen.get(key, 0.0), env.time)
 
     def due(self, now: float) -> list[tuple[str, str, Verdict]]:
         """Every (rollout, attempt, verdict) whose latest attempt broke a limit at ``now``."""

@@ -93,17 +93,17 @@ FROM attempts WHERE rollout_id = $rollout_id ORDER BY sequence_id;
 -- name: rollout_spans
 -- The spans of $rollout_id in sequence order (the page nests them by parent_id).
 SELECT attempt_id, sequence_id, span_id, parent_id, name, start_time, end_time, status_code, attributes
-FROM spans WHERE rollout_id = $rollout_id ORDER BY attempt_id, sequence_id, seq;
+FROM spans WHERE rollout_id = $rollout_id ORDER BY attempt_id, sequence_id, seq, seq_index;
 
 -- name: rollout_calls
 -- The model calls of $rollout_id with their token ids and logprobs, in the order recorded.
 SELECT attempt_id, call_id, model, resources_id, status, prompt_ids, response_ids, logprobs, latency_s, recorded_at
-FROM model_calls WHERE rollout_id = $rollout_id ORDER BY seq;
+FROM model_calls WHERE rollout_id = $rollout_id ORDER BY seq, seq_index;
 
 -- name: rollout_rewards
 -- The rewards of $rollout_id in the order reported.
 SELECT attempt_id, value, dimensions, call_id, recorded_at
-FROM rewards WHERE rollout_id = $rollout_id ORDER BY seq;
+FROM rewards WHERE rollout_id = $rollout_id ORDER BY seq, seq_index;
 
 -- name: data_quality
 -- The data-quality counts (the data_quality view), one row per run, mode and resources version.

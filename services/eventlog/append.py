@@ -33,14 +33,16 @@ BATCH_DUPLICATE_ID = 10201
 
 
 class Message:
-    """One encoded event ready to publish."""
+    """One encoded event (or batch of events) ready to publish."""
 
-    __slots__ = ("subject", "data", "event_id")
+    __slots__ = ("subject", "data", "event_id", "event_ids")
 
-    def __init__(self, subject: str, data: bytes, event_id: str) -> None:
+    def __init__(self, subject: str, data: bytes, event_id: str, event_ids: tuple[str, ...] = ()) -> None:
         self.subject = subject
         self.data = data
         self.event_id = event_id
+        self.event_ids = event_ids or (event_id,)
+        """The ids of the events it carries (a batch's events', else its own)."""
 
 
 class Expectation:

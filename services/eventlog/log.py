@@ -20,6 +20,7 @@ from nats.js.errors import NotFoundError
 from voltbus.schemas import codec
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import ConcurrencyConflict, PublishFailed, VoltbusError
+from voltbus.schemas.spans import items_of
 from voltbus.schemas.subjects import Topology, aggregate_of, subject_for
 
 from ..settings import NatsSettings
@@ -30,7 +31,7 @@ from .feed import Feed
 from .read import read_subject
 from .records import Appended, BadEvent, Envelope
 from .replay import replay_stream
-from .spans import publish_pipelined
+from .spans import batched, publish_pipelined
 from .streams import ensure_streams, topology_of
 
 log = logging.getLogger(__name__)
@@ -141,10 +142,17 @@ class EventLog:
         self.written["control"] = max([self.written["control"], *seqs])
         return results
 
-    async def publish_spans(self, events: Sequence[AnyEvent]) -> None:
-        """Publish span-stream events (spans, model calls, rewards, heartbeats); never drops silently."""
+    async def publish_spans(self, events: Sequence[AnyEvent], batch: bool = False) -> None:
+        """Publish span-stream events (spans, model calls, rewards, heartbeats); never drops silently.
+
+        Each event is a message of its own, its id the message id: a retry of any of them is stored once. With
+        ``batch``, those of one shard subject are stored as ``SpanBatch`` messages (``span_batch_bytes``), one
+        write and one fsync each; a batch's id is derived from its events, so only a retry with the very same
+        events is stored once: for a caller that retries a failed publish with exactly what it published."""
         s = self.settings
         messages = [self._message(e) for e in events]
+        if batch:
+            messages = batched(messages, min(s.span_batch_bytes, s.max_payload // 2))
         last = await publish_pipelined(self.js, messages, s.span_window, s.request_timeout_s, s.publish_retries)
         self.written["spans"] = max(self.written["spans"], last)
 
@@ -282,3 +290,19 @@ class EventLog:
         replay = replay_stream(self.js, name, subjects, decode, from_seq, from_time, to_seq, follow=follow)
         self._replays.add(replay)
         return replay
+
+    async def telemetry(
+        self, from_seq: int = 1, to_seq: int | None = None, follow: bool = False
+    ) -> AsyncIterator[Envelope | BadEvent]:
+        """The spans stream event by event: each event of a ``SpanBatch`` as an envelope of its own, with its
+        message's sequence, subject and time; undecodable messages as BadEvent."""
+        replay = self.replay("spans", from_seq=from_seq, to_seq=to_seq, follow=follow)
+        try:
+            async for item in replay:
+                if isinstance(item, BadEvent):
+                    yield item
+                    continue
+                for event in items_of(item.event):  # type: ignore[arg-type]
+                    yield msgspec.structs.replace(item, event=event)
+        finally:
+            await replay.aclose()  # type: ignore[attr-defined]

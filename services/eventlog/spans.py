@@ -13,11 +13,49 @@ from collections.abc import Sequence
 from nats.js import JetStreamContext
 from nats.js.api import Header
 
+from voltbus.schemas.base import SCHEMA_VERSION, derive_id
 from voltbus.schemas.errors import PublishFailed
 
 from .append import Message, settle
 
 log = logging.getLogger(__name__)
+
+_HEAD = b'{"type":"SpanBatch","event_id":"%s","schema_version":%d,"events":['
+"""A ``SpanBatch`` as msgspec encodes it, up to its events (which are joined in as they were encoded)."""
+
+
+def batched(messages: Sequence[Message], max_bytes: int) -> list[Message]:
+    """``messages`` with those of one subject packed into ``SpanBatch`` messages of at most ``max_bytes`` of
+    events each; a message alone in its pack (or ``max_bytes`` 0) goes as it is. The same messages give the
+    same packs, ids included (a batch's id is derived from its events' ids in order), so a publish retried
+    with the same events is deduplicated by the server as a single event's is.
+
+    >>> m = [Message("s.1", b'{"a":1}', "e1"), Message("s.2", b'{"b":2}', "e2"), Message("s.1", b'{"c":3}', "e3")]
+    >>> [(x.subject, x.data[-20:]) for x in batched(m, 1000)]
+    [('s.1', b'":[{"a":1},{"c":3}]}'), ('s.2', b'{"b":2}')]
+    >>> [x.event_id for x in batched(m, 0)] == ["e1", "e2", "e3"]
+    True
+    """
+    if max_bytes <= 0 or len(messages) < 2:
+        return list(messages)
+    groups: dict[str, list[list[Message]]] = {}
+    sizes: dict[str, int] = {}
+    for m in messages:
+        packs = groups.setdefault(m.subject, [[]])
+        if packs[-1] and sizes[m.subject] + len(m.data) > max_bytes:
+            packs.append([])
+            sizes[m.subject] = 0
+        packs[-1].append(m)
+        sizes[m.subject] = sizes.get(m.subject, 0) + len(m.data) + 1
+    return [_pack(subject, pack) for subject, packs in groups.items() for pack in packs]
+
+
+def _pack(subject: str, pack: list[Message]) -> Message:
+    if len(pack) == 1:
+        return pack[0]
+    event_id = derive_id("span-batch", *(m.event_id for m in pack))
+    data = _HEAD % (event_id.encode(), SCHEMA_VERSION) + b",".join(m.data for m in pack) + b"]}"
+    return Message(subject, data, event_id, tuple(m.event_id for m in pack))
 
 
 async def _window(js: JetStreamContext, batch: Sequence[Message], timeout: float) -> tuple[list[Message], int]:
@@ -48,6 +86,7 @@ async def publish_pipelined(
             highest = max(highest, acked)
         if not failed:
             return highest
-        log.warning("%d span event(s) unacknowledged (try %d), retrying", len(failed), attempt + 1)
+        count = sum(len(m.event_ids) for m in failed)
+        log.warning("%d span event(s) unacknowledged (try %d), retrying", count, attempt + 1)
         pending = failed
-    raise PublishFailed([m.event_id for m in pending], f"unacknowledged after {retries + 1} tries")
+    raise PublishFailed([i for m in pending for i in m.event_ids], f"unacknowledged after {retries + 1} tries")

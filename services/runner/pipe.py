@@ -61,6 +61,7 @@ class SequenceIds(msgspec.Struct, kw_only=True, tag="sequence_ids", tag_field="o
 
 class PublishSpans(msgspec.Struct, kw_only=True, tag="publish_spans", tag_field="op"):
     events: list[SpanRecorded | RewardReported]
+    batch: bool = False
 
 
 class AddSpans(msgspec.Struct, kw_only=True, tag="add_spans", tag_field="op"):
@@ -170,8 +171,8 @@ class PipeStore:
     async def get_many_span_sequence_ids(self, rollout_attempt_ids: list[tuple[str, str]]) -> list[int]:
         return [int(i) for i in await self.call(SequenceIds(pairs=list(rollout_attempt_ids)))]
 
-    async def publish_spans(self, events: list[SpanRecorded | RewardReported]) -> None:
-        await self.call(PublishSpans(events=list(events)))
+    async def publish_spans(self, events: list[SpanRecorded | RewardReported], batch: bool = False) -> None:
+        await self.call(PublishSpans(events=list(events), batch=batch))
 
     async def add_many_spans(self, spans: list[Span]) -> list[Span]:
         await self.call(AddSpans(spans=list(spans)))
@@ -228,7 +229,7 @@ class PipeServer:
         elif isinstance(request, SequenceIds):
             return await store.get_many_span_sequence_ids(request.pairs)
         elif isinstance(request, PublishSpans):
-            await store.log.publish_spans(request.events)
+            await store.log.publish_spans(request.events, batch=request.batch)
         else:
             await store.add_many_spans(request.spans)
         return None

@@ -43,7 +43,7 @@ async def test_one_grpo_step_with_isolated_agl_agents(nats_settings: NatsSetting
     assert 0.0 <= step["reward_mean"] <= 1.0
     store = await connect(settings=settings.nats)
     try:
-        events = [e.event async for e in store.log.replay("spans") if isinstance(e, Envelope)]
+        events = [e.event async for e in store.log.telemetry() if isinstance(e, Envelope)]
     finally:
         await store.close()
     calls = [e for e in events if isinstance(e, ModelCalled) and e.response_ids]

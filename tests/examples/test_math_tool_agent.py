@@ -51,7 +51,7 @@ async def test_one_grpo_step_stitches_tool_rollouts_into_one_row(nats_settings: 
     assert step["rollouts_trained"] == 8 and 0.0 <= step["reward_mean"] <= 1.0
     store = await connect(settings=settings.nats)
     try:
-        events = [(e.seq, e.event) async for e in store.log.replay("spans") if isinstance(e, Envelope)]
+        events = [(e.seq, e.event) async for e in store.log.telemetry() if isinstance(e, Envelope)]
     finally:
         await store.close()
     calls: dict[str, list[CallRow]] = defaultdict(list)

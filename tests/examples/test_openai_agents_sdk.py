@@ -48,7 +48,7 @@ async def test_sdk_agent_model_calls_are_recorded_with_token_ids(nats_settings: 
             rollouts = await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=t, mode="train") for t in tasks])
             ids = [r.rollout_id for r in rollouts]
             done = await store.wait_for_rollouts(rollout_ids=ids, timeout=60)
-            events = [e.event async for e in store.log.replay("spans") if isinstance(e, Envelope)]
+            events = [e.event async for e in store.log.telemetry() if isinstance(e, Envelope)]
         finally:
             await store.close()
     assert [r.status for r in done] == ["succeeded"] * len(tasks), [r.attempt.error for r in done if r.attempt]

@@ -73,7 +73,7 @@ async def test_one_grpo_step(nats_settings: NatsSettings, tmp_path: Path) -> Non
     assert step["rollouts_trained"] == step["rows"] == 8 and 0.0 <= step["reward_mean"] <= 1.0
     store = await connect(settings=settings.nats)
     try:
-        events = [e.event async for e in store.log.replay("spans") if isinstance(e, Envelope)]
+        events = [e.event async for e in store.log.telemetry() if isinstance(e, Envelope)]
     finally:
         await store.close()
     calls = [e for e in events if isinstance(e, ModelCalled) and e.status == "ok"]

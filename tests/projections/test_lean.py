@@ -13,9 +13,10 @@ from tests.benchmarks.bench_projector import control_events
 from voltbus.projections import lean
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
-from voltbus.projections.rows import ARROW, fold_tables, telemetry_row
+from voltbus.projections.rows import ARROW, fold_tables, telemetry_rows
 from voltbus.schemas import codec
 from voltbus.schemas.errors import DecodeError
+from voltbus.schemas.spans import AttemptHeartbeatSent, SpanBatch
 from voltbus.services.eventlog import BadEvent, Envelope
 from voltbus.services.lifecycle import RolloutState, decider
 from voltbus.store import Store
@@ -54,8 +55,26 @@ def test_lean_events_give_the_strict_rows() -> None:
         data = codec.encode(event)
         strict = Envelope(seq=k + 1, subject="s", time=1.0, event=codec.decode_spans(data))
         fast = Envelope(seq=k + 1, subject="s", time=1.0, event=lean.decode_spans(data))
-        assert telemetry_row(fast) == telemetry_row(strict)
+        assert telemetry_rows(fast) == telemetry_rows(strict)
     assert lean.is_lean(lean.decode_spans(codec.encode(EVENTS[1])))
+
+
+def test_a_batch_read_lean_gives_the_strict_rows_and_refusals() -> None:
+    batch = SpanBatch(event_id="b", events=EVENTS)  # type: ignore[arg-type]
+    data = codec.encode(batch)
+    fast = lean.decode_spans(data)
+    assert isinstance(fast, lean.LeanSpanBatch) and lean.is_lean(fast) and fast.stored == data
+    assert any(lean.is_lean(e) for e in fast.events)
+    rows = telemetry_rows(Envelope(seq=9, subject="s", time=1.0, event=fast))
+    assert rows == telemetry_rows(Envelope(seq=9, subject="s", time=1.0, event=codec.decode_spans(data)))
+    assert len(rows) == len([e for e in EVENTS if not isinstance(e, AttemptHeartbeatSent)]) and {
+        r["seq"] for _, r in rows
+    } == {9}
+    assert lean.strict(fast) == batch
+    bad = data.replace(b'"response_ids":[', b'"response_ids":["1",', 1)  # a string among a call's token ids
+    assert outcome(lean.decode_spans, bad) == outcome(codec.decode_spans, bad) and isinstance(
+        outcome(codec.decode_spans, bad), str
+    )
 
 
 @pytest.mark.parametrize(
@@ -127,9 +146,11 @@ async def test_a_poison_model_call_on_the_bus_is_quarantined(store: Store, tmp_p
 def test_fixed_arrow_schemas_name_every_column_of_their_rows() -> None:
     for k, event in enumerate(EVENTS):
         for decode in (codec.decode_spans, lean.decode_spans):
-            row = telemetry_row(Envelope(seq=k + 1, subject="s", time=1.0, event=decode(codec.encode(event))))
-            assert row is not None
-            name, values = row
+            rows = telemetry_rows(Envelope(seq=k + 1, subject="s", time=1.0, event=decode(codec.encode(event))))
+            if isinstance(event, AttemptHeartbeatSent):
+                assert rows == []
+                continue
+            [(name, values)] = rows
             assert list(values) == ARROW[name].names
             assert pa.Table.from_pylist([values], schema=ARROW[name]).to_pylist() == [values]
 

@@ -14,7 +14,7 @@ from voltbus.projections import lean
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
 from voltbus.schemas import codec
-from voltbus.schemas.spans import Usage
+from voltbus.schemas.spans import SpanBatch, Usage
 from voltbus.services.eventlog import Envelope
 from voltbus.store import Store
 
@@ -106,3 +106,31 @@ def test_a_control_event_beyond_the_columns_is_quarantined_alike_in_any_batches(
     assert parked[4] == codec.encode(events[7])
     assert [r[1] for r in tables[0]["rollouts"]] == ["preparing", "preparing", "queuing", "preparing", "preparing"]
     assert dict((s, q) for s, q, _ in tables[0]["checkpoints"])["control"] == len(events)
+
+
+async def test_a_batch_is_applied_whole_or_quarantined_whole(store: Store, tmp_path: Path) -> None:
+    shard = store.topology.span_shard("ro-1")
+    good = SpanBatch(event_id="good", events=EVENTS[:6])  # type: ignore[arg-type]
+    beyond = msgspec.structs.replace(good, event_id="beyond")
+    poison = codec.encode(beyond).replace(b'"prompt_ids":[1,2,0]', b'"prompt_ids":[1,2,%d]' % 2**31, 1)
+    undecodable = codec.encode(good).replace(b'"type":"RewardReported"', b'"type":"Nonsense"', 1)
+    seqs = [(await store.log.js.publish(shard, data)).seq for data in (codec.encode(good), poison, undecodable)]
+    ends = await ends_at(store.log)
+    projector = Projector(tmp_path / "p.duckdb")
+    try:
+        await project(projector, store.log, ends=ends, batch_size=500)
+        tables = dump(projector.con)
+    finally:
+        projector.close()
+    parked = [q for q in tables["quarantine"] if q[0] == "spans"]
+    assert [(q[1], q[4]) for q in parked] == [(seqs[1], poison), (seqs[2], undecodable)]
+    assert "could not apply" in parked[0][3] and "Nonsense" in parked[1][3]
+    assert [r[0] for r in tables["spans"] + tables["model_calls"] + tables["rewards"]] == [seqs[0]] * 6  # the good one
+    assert [a[3:5] for a in tables["attempt_activity"]] == [(6, seqs[0])]
+
+    replay = Projector(tmp_path / "replay.duckdb")
+    try:
+        await project(replay, store.log, ends=ends, batch_size=1)  # one message per transaction: alike
+        assert dump(replay.con) == tables
+    finally:
+        replay.close()

@@ -73,7 +73,10 @@ async def write(store: Store, rollouts: int, tag: str = "w") -> list[str]:
     claimed = await store.dequeue_many_rollouts(limit=rollouts * 3 // 4, worker_id=f"{tag}-1")
     spans = []
     for i, r in enumerate(claimed):
-        spans += telemetry(r.rollout_id, r.attempt.attempt_id, i)
+        if i % 2:  # as a runner's flush: one SpanBatch message
+            await store.log.publish_spans(telemetry(r.rollout_id, r.attempt.attempt_id, i), batch=True)
+        else:  # as the gateway and the store's add_span: a message per event
+            spans += telemetry(r.rollout_id, r.attempt.attempt_id, i)
         if i % 3 == 0:
             await store.update_attempt(r.rollout_id, r.attempt.attempt_id, status="succeeded")
         elif i % 3 == 1:

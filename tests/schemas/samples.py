@@ -36,6 +36,7 @@ from voltbus.schemas import (
     RolloutUpdated,
     RunFinished,
     RunStarted,
+    SpanBatch,
     SpanEventInfo,
     SpanRecorded,
     SpanStatus,
@@ -278,6 +279,10 @@ _events: list[AnyEvent] = [
         event_id=derive_id(RID, "hb", 3), rollout_id=RID, attempt_id=AID, worker_id="Worker-0", at=T0 + 30
     ),
 ]
+
+_batched = [e for e in _events if isinstance(e, SpanRecorded | RewardReported)]
+_events.append(SpanBatch(event_id=derive_id("span-batch", *(e.event_id for e in _batched)), events=_batched))
+"""A flush of a span and its reward, as ``EventLog.publish_spans`` stores them (one message)."""
 
 SAMPLES: dict[str, AnyEvent] = {type(e).__name__: e for e in _events}
 """Tag -> sample event. Keep these values: golden/v1 files were encoded from them."""

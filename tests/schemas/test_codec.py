@@ -132,7 +132,9 @@ def _error_names() -> set[str]:
 def test_stream_of() -> None:
     assert {tag: stream_of(e) for tag, e in SAMPLES.items()} == {
         tag: (
-            "spans" if tag in {"SpanRecorded", "ModelCalled", "RewardReported", "AttemptHeartbeatSent"} else "control"
+            "spans"
+            if tag in {"SpanRecorded", "ModelCalled", "RewardReported", "AttemptHeartbeatSent", "SpanBatch"}
+            else "control"
         )
         for tag in TAGS
     }

@@ -116,7 +116,7 @@ async def test_every_role_does_its_job_with_its_own_credentials(
                 ghost.rollout_id, claimed.attempt.attempt_id, ErrorInfo(type="Late", message="x")
             )
 
-        spans = [e.event async for e in learner.log.replay("spans") if isinstance(e, Envelope)]
+        spans = [e.event async for e in learner.log.telemetry() if isinstance(e, Envelope)]
         assert [c.rollout_id for c in spans if isinstance(c, ModelCalled)] == [real.rollout_id]
         assert [r.value for r in spans if isinstance(r, RewardReported)] == [1.0], "the agent saw VOLTBUS_* variables"
 

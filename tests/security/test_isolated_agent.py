@@ -37,7 +37,7 @@ async def run_isolated_until_done(nats: NatsSettings, agent: str, store: Store, 
 
 
 async def rewards_of(log: EventLog, rollout_id: str) -> list[float | None]:
-    events = [e.event async for e in log.replay("spans") if isinstance(e, Envelope)]
+    events = [e.event async for e in log.telemetry() if isinstance(e, Envelope)]
     return [e.value for e in events if isinstance(e, RewardReported) and e.rollout_id == rollout_id]
 
 
@@ -91,7 +91,7 @@ async def test_forged_request_for_another_rollout_is_refused(
         assert [r["kind"] for r in replies] == ["refused"] * 4
         assert all(victim.rollout_id in r["error"] for r in replies)
         assert sum("refused the agent process's request" in r.message for r in caplog.records) == 4
-        events = [e.event async for e in store.log.replay("spans") if isinstance(e, Envelope)]
+        events = [e.event async for e in store.log.telemetry() if isinstance(e, Envelope)]
         assert not [e for e in events if isinstance(e, SpanRecorded) and e.rollout_id == victim.rollout_id]
         [attempt] = await store.get_attempts(victim.rollout_id)
         assert attempt.status in ("preparing", "running") and attempt.end_time is None

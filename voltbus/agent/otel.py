@@ -24,7 +24,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from voltbus.schemas.base import Attributes
 from voltbus.schemas.errors import VoltbusError
-from voltbus.schemas.spans import SpanStatus
+from voltbus.schemas.spans import RewardReported, SpanRecorded, SpanStatus
 from voltbus.store.spans import events_of, span_from_otel
 
 from .tracing import SpanCore
@@ -76,6 +76,9 @@ class LogTracer:
         self.pending: dict[str, list[tuple[str, ReadableSpan]]] = {}
         self.published: dict[str, float] = {}
         """rollout id -> ``time.monotonic()`` of its last stored spans (a sign of life for its attempt)."""
+        self.unsent: dict[str, list[SpanRecorded | RewardReported]] = {}
+        """rollout id -> the events of a flush the bus did not acknowledge: the next flush publishes them again
+        first, as they are."""
         self._locks: dict[str, asyncio.Lock] = {}
 
     @contextlib.contextmanager
@@ -123,29 +126,45 @@ class LogTracer:
         rollouts flush concurrently (one lock for all serialized every slot's end behind the others)."""
         self._drain()
         sent = 0
-        for rid in [rollout_id] if rollout_id else list(self.pending):
+        for rid in [rollout_id] if rollout_id else list(dict.fromkeys([*self.unsent, *self.pending])):
             sent += await self._flush_one(rid)
         if len(self._locks) > 10_000:  # forget locks of rollouts with nothing pending and no flush running
-            self._locks = {r: lock for r, lock in self._locks.items() if lock.locked() or self.pending.get(r)}
+            self._locks = {
+                r: lock for r, lock in self._locks.items() if lock.locked() or self.pending.get(r) or r in self.unsent
+            }
         return sent
 
     async def _flush_one(self, rid: str) -> int:
         async with self._locks.setdefault(rid, asyncio.Lock()):
+            sent = 0
+            if (unsent := self.unsent.pop(rid, None)) is not None:
+                sent += await self._publish(rid, unsent)
             spans = self.pending.pop(rid, None)
             if not spans:
-                return 0
+                return sent
             try:
                 last = await self.store.log.next_sequence(rid, len(spans))
-                first = last - len(spans) + 1
-                records = [span_from_otel(s, rid, aid, first + i) for i, (aid, s) in enumerate(spans)]
-                await self.store.log.publish_spans(events_of(records, self.store.settings))
-                self.published[rid] = time.monotonic()
             except BaseException as exc:
                 self.pending[rid] = spans + self.pending.get(rid, [])  # kept, in order, for the next flush
                 if isinstance(exc, VoltbusError):
                     log.error("rollout_id=%s: %d spans not published yet; they stay queued", rid, len(spans))
                 raise
-            return len(spans)
+            first = last - len(spans) + 1
+            records = [span_from_otel(s, rid, aid, first + i) for i, (aid, s) in enumerate(spans)]
+            return sent + await self._publish(rid, events_of(records, self.store.settings))
+
+    async def _publish(self, rid: str, events: list[SpanRecorded | RewardReported]) -> int:
+        """Publish one flush's events; those the bus did not take are kept, to be published again as they are
+        (the same events make the same ``SpanBatch`` ids: what was stored is not stored twice)."""
+        try:
+            await self.store.log.publish_spans(events, batch=True)
+        except BaseException as exc:
+            self.unsent[rid] = events
+            if isinstance(exc, VoltbusError):
+                log.error("rollout_id=%s: %d span events not published yet; they stay queued", rid, len(events))
+            raise
+        self.published[rid] = time.monotonic()
+        return sum(isinstance(e, SpanRecorded) for e in events)
 
     def shutdown(self) -> None:
         """Stop the provider."""

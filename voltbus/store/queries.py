@@ -45,7 +45,7 @@ DEFAULT_ORDER = {
 TIEBREAK = {
     "query_rollouts": "rollout_id",
     "query_attempts": "attempt_id",
-    "query_spans": "seq",
+    "query_spans": "seq, seq_index",
     "query_resources": "name",
     "query_workers": "worker_id",
 }

@@ -46,5 +46,5 @@ async def test_killed_runner_attempt_becomes_unresponsive_and_is_retried(
         (retry.attempt.attempt_id, "succeeded"),
     ]
     await until_worker(store, "doomed", "unknown")
-    heartbeats = [e async for e in store.log.replay("spans") if isinstance(e, Envelope)]
+    heartbeats = [e async for e in store.log.telemetry() if isinstance(e, Envelope)]
     assert heartbeats and {e.event.attempt_id for e in heartbeats} == {dead_attempt}  # the dead attempt's own

@@ -36,7 +36,7 @@ async def test_agent_lightning_1_0_agent_runs_through_the_gateway(
         )
         [done] = await run_until_done(settings, f"{AGENTS}:agl_env_agent", store, [rollout.rollout_id], timeout=60)
     assert done.status == "succeeded", done.attempt.error
-    events = [e.event async for e in store.log.replay("spans") if isinstance(e, Envelope)]
+    events = [e.event async for e in store.log.telemetry() if isinstance(e, Envelope)]
     calls = [e for e in events if isinstance(e, ModelCalled)]
     rewards = [e for e in events if isinstance(e, RewardReported)]
     assert [(c.rollout_id, c.attempt_id) for c in calls] == [(rollout.rollout_id, done.attempt.attempt_id)]

@@ -27,7 +27,7 @@ async def test_beat_skips_attempts_with_recent_spans_and_writes_workers_on_the_m
         await wait_for(lambda: beat.beats >= 1, 10, "the heartbeat thread to beat")
     finally:
         await asyncio.to_thread(beat.stop)
-    events = [e.event async for e in store.log.replay("spans") if isinstance(e, Envelope)]
+    events = [e.event async for e in store.log.telemetry() if isinstance(e, Envelope)]
     beats = [e for e in events if isinstance(e, AttemptHeartbeatSent)]
     assert [(e.rollout_id, e.attempt_id) for e in beats] == [("ro-quiet", "at-1")]
     for worker_id in beat.worker_ids:

@@ -23,7 +23,7 @@ AGENTS = "tests.services.runner.calc_agent"
 
 
 async def telemetry(store: Store, rollout_id: str) -> tuple[list[SpanRecorded], list[RewardReported]]:
-    items = [e.event async for e in store.log.replay("spans") if isinstance(e, Envelope)]
+    items = [e.event async for e in store.log.telemetry() if isinstance(e, Envelope)]
     spans = [e for e in items if isinstance(e, SpanRecorded) and e.rollout_id == rollout_id]
     rewards = [e for e in items if isinstance(e, RewardReported) and e.rollout_id == rollout_id]
     return spans, rewards

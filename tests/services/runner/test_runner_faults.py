@@ -43,13 +43,13 @@ def runner_process(nats: NatsSettings, agent: str) -> subprocess.Popen[bytes]:
 async def spans_of(store: Store, rollout_id: str) -> list[SpanRecorded]:
     return [
         e.event
-        async for e in store.log.replay("spans")
+        async for e in store.log.telemetry()
         if isinstance(e, Envelope) and isinstance(e.event, SpanRecorded) and e.event.rollout_id == rollout_id
     ]
 
 
 async def first_span(store: Store, rollout_id: str) -> SpanRecorded:
-    replay = store.log.replay("spans", follow=True)
+    replay = store.log.telemetry(follow=True)
     try:
         async with asyncio.timeout(30):
             async for item in replay:

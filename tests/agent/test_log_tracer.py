@@ -1,0 +1,43 @@
+"""The runner's tracer: a flush the bus did not take is published again as it was, so nothing is lost and nothing
+already stored is stored twice (its SpanBatch ids are those of the first try)."""
+
+from __future__ import annotations
+
+import pytest
+
+from voltbus.agent.otel import LogTracer
+from voltbus.schemas.errors import PublishFailed
+from voltbus.schemas.spans import SpanBatch, SpanRecorded
+from voltbus.services.settings import NatsSettings
+from voltbus.store import connect
+
+
+async def test_a_refused_flush_is_published_again_as_it_was(nats_settings: NatsSettings) -> None:
+    settings = nats_settings.model_copy(
+        update={"spans_max_bytes": 16 * 1024, "publish_retries": 0, "request_timeout_s": 1}
+    )
+    store = await connect(settings=settings)
+    tracer = LogTracer(store)
+    try:
+        with tracer.attempt("ro-1", "at-1"):
+            for i in range(6):  # ~24 KiB in all: over the stream's 16 KiB
+                with tracer.otel.start_as_current_span(f"step{i}") as span:
+                    span.set_attribute("text", "x" * 4000)
+        with pytest.raises(PublishFailed):
+            await tracer.flush()
+        unsent = tracer.unsent["ro-1"]
+        assert [e.name for e in unsent] == [f"step{i}" for i in range(6)] and not tracer.pending  # type: ignore[union-attr]
+        stream = store.topology.spans_stream
+        config = (await store.log.js.stream_info(stream)).config
+        config.max_bytes = -1  # room again
+        await store.log.js.update_stream(config)
+        await store.log.publish_spans(unsent, batch=True)  # as if the refused try had been stored after all
+        assert await tracer.flush() == 6 and "ro-1" not in tracer.unsent
+        messages = [m async for m in store.log.replay("spans")]
+        assert len(messages) == 1 and isinstance(messages[0].event, SpanBatch)  # type: ignore[union-attr]
+        stored = [e.event async for e in store.log.telemetry()]  # type: ignore[union-attr]
+        assert stored == unsent and all(isinstance(e, SpanRecorded) for e in stored)
+        assert [e.sequence_id for e in stored] == [1, 2, 3, 4, 5, 6]  # numbered once, by the first try
+    finally:
+        tracer.shutdown()
+        await store.close()

@@ -441,7 +441,8 @@ class VoltbusSide:
                        (SELECT count(*) FROM spans s WHERE s.rollout_id = r.rollout_id),
                        (SELECT count(*) FROM spans s WHERE s.rollout_id = r.rollout_id
                           AND json_extract_string(s.attributes, '$.task') = json_extract_string(r.input, '$')),
-                       (SELECT value FROM rewards w WHERE w.rollout_id = r.rollout_id ORDER BY seq DESC, seq_index DESC LIMIT 1)
+                       (SELECT value FROM rewards w WHERE w.rollout_id = r.rollout_id
+                          ORDER BY seq DESC, seq_index DESC LIMIT 1)
                 FROM rollouts r JOIN wanted USING (rollout_id)
                 """
             ).fetchall()

@@ -187,9 +187,9 @@ SpanItem = SpanRecorded | ModelCalled | RewardReported | AttemptHeartbeatSent
 
 
 class SpanBatch(Event, frozen=True, kw_only=True):
-    """Several telemetry events of one shard subject stored as one message: one write (and one fsync) for a
-    flush of a rollout's spans instead of one per span. Its id is derived from the ids of its events in order,
-    so the same batch published again is stored once."""
+    """Several telemetry events of one shard subject stored as one message: a runner's flush of a rollout's
+    spans costs one publish, one acknowledgement and one delivery instead of one per span. Its id is derived
+    from the ids of its events in order, so the same batch published again is stored once."""
 
     events: Annotated[list[SpanItem], msgspec.Meta(min_length=1)]
     """The events, in the order they were published."""

@@ -8,15 +8,17 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from voltbus.projections.follow import ends_at, project
+from voltbus.projections.projector import Projector
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store, connect
 
 TABLES = {
     "rollouts": "rollout_id",
     "attempts": "rollout_id, attempt_id",
-    "spans": "seq",
-    "model_calls": "seq",
-    "rewards": "seq",
+    "spans": "seq, seq_index",
+    "model_calls": "seq, seq_index",
+    "rewards": "seq, seq_index",
     "attempt_activity": "rollout_id, attempt_id",
     "resources": "resources_id",
     "workers": "worker_id",
@@ -43,6 +45,17 @@ def dump(db: Path | duckdb.DuckDBPyConnection) -> dict[str, list[tuple[object, .
     finally:
         if con is not db:
             con.close()
+
+
+async def projected(store: Store, path: Path) -> tuple[dict[str, int], dict[str, list[tuple[object, ...]]]]:
+    """The log's ends and every table of a projection of the whole log into a fresh file at ``path``."""
+    ends = await ends_at(store.log)
+    projector = Projector(path)
+    try:
+        await project(projector, store.log, ends=ends, batch_size=500)
+        return ends, dump(projector.con)
+    finally:
+        projector.close()
 
 
 @pytest.fixture

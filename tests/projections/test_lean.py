@@ -11,7 +11,6 @@ import pytest
 
 from tests.benchmarks.bench_projector import control_events
 from voltbus.projections import lean
-from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
 from voltbus.projections.rows import ARROW, fold_tables, telemetry_rows
 from voltbus.schemas import codec
@@ -21,7 +20,7 @@ from voltbus.services.eventlog import BadEvent, Envelope
 from voltbus.services.lifecycle import RolloutState, decider
 from voltbus.store import Store
 
-from .conftest import dump
+from .conftest import dump, projected
 from .workload import telemetry, write
 
 EVENTS = [e for n in range(6) for e in telemetry("ro-1", "at-1", n)]
@@ -129,17 +128,11 @@ async def test_a_poison_model_call_on_the_bus_is_quarantined(store: Store, tmp_p
     await store.log.js.publish(store.topology.span_shard("ro-1"), call_with(prompt_ids="[[7]]"))
     await store.log.js.publish(store.topology.span_shard("ro-1"), call_with(prompt_ids='["7"]'))
     await store.log.publish_spans(EVENTS[3:6])
-    ends = await ends_at(store.log)
-    projector = Projector(tmp_path / "p.duckdb")
-    try:
-        await project(projector, store.log, ends=ends, batch_size=500)
-        tables = dump(projector.con)
-    finally:
-        projector.close()
+    ends, tables = await projected(store, tmp_path / "p.duckdb")
     parked = [q for q in tables["quarantine"] if q[0] == "spans"]
     assert [q[1] for q in parked] == [ends["spans"] - 4, ends["spans"] - 3]
     assert all("prompt_ids" in q[3] for q in parked)
-    assert projector.positions["spans"] == ends["spans"]
+    assert dict((s, q) for s, q, _ in tables["checkpoints"])["spans"] == ends["spans"]
     assert tables["model_calls"][-1][1] == EVENTS[4].event_id
 
 

@@ -18,7 +18,7 @@ from voltbus.schemas.spans import SpanBatch, Usage
 from voltbus.services.eventlog import Envelope
 from voltbus.store import Store
 
-from .conftest import dump
+from .conftest import dump, projected
 from .test_lean import EVENTS, call_with
 from .workload import write
 
@@ -115,13 +115,7 @@ async def test_a_batch_is_applied_whole_or_quarantined_whole(store: Store, tmp_p
     poison = codec.encode(beyond).replace(b'"prompt_ids":[1,2,0]', b'"prompt_ids":[1,2,%d]' % 2**31, 1)
     undecodable = codec.encode(good).replace(b'"type":"RewardReported"', b'"type":"Nonsense"', 1)
     seqs = [(await store.log.js.publish(shard, data)).seq for data in (codec.encode(good), poison, undecodable)]
-    ends = await ends_at(store.log)
-    projector = Projector(tmp_path / "p.duckdb")
-    try:
-        await project(projector, store.log, ends=ends, batch_size=500)
-        tables = dump(projector.con)
-    finally:
-        projector.close()
+    ends, tables = await projected(store, tmp_path / "p.duckdb")
     parked = [q for q in tables["quarantine"] if q[0] == "spans"]
     assert [(q[1], q[4]) for q in parked] == [(seqs[1], poison), (seqs[2], undecodable)]
     assert "could not apply" in parked[0][3] and "Nonsense" in parked[1][3]

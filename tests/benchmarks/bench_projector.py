@@ -6,7 +6,9 @@ The server, the alternation of sides, the medians, the table and the ledger are 
 ``bench_eventlog`` (imported from it). The log is filled once, before timing, through the EventLog:
 ``--control`` control events (RolloutQueued + AttemptClaimed of ``--control``/2 rollouts, via
 ``append_many``) and ``--spans`` span-stream events (SpanRecorded / ModelCalled / RewardReported of
-those attempts, via ``publish_spans``). Every voltbus run projects into a fresh DuckDB file.
+those attempts, via ``publish_spans``; with ``--span-batches`` as voltbus writes them: each attempt's spans and
+reward as one ``SpanBatch``, a runner's flush, and its model calls one message each, the gateway's). Every voltbus run
+projects into a fresh DuckDB file; rates count events, not messages.
 
 Cases:
   project_spans    project(ends={spans: end}) into a fresh file  vs  raw Arrow insert of the same rows
@@ -78,6 +80,7 @@ from voltbus.projections.rows import ARROW, Row, fold_tables
 from voltbus.schemas import codec, derive_id
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.rollouts import AttemptClaimed
+from voltbus.schemas.spans import ModelCalled
 from voltbus.services.eventlog import BadEvent, Envelope, EventLog
 from voltbus.services.natsserver import NatsServer
 from voltbus.services.projector.client import rebuild
@@ -104,6 +107,9 @@ class Options:
     csv: Path | None = CSV_PATH
     readers: dict[str, int] = field(default_factory=lambda: ProjectorSettings().readers)
     """Reader processes per stream, as the projector service and ``voltbus replay`` run by default."""
+    span_batches: bool = False
+    """Store the spans as voltbus writes them: each attempt's spans and reward as one SpanBatch (a runner's
+    flush), its model calls one message each (the gateway's); else every span-stream event alone."""
 
 
 # ---------------------------------------------------------------- the workload
@@ -193,6 +199,8 @@ class Stored:
 
     log: EventLog
     ends: dict[str, int]
+    events: dict[str, int]
+    """Events per stream (more than ``ends`` where messages are SpanBatches): what the rates count."""
     sizes: dict[str, int]
     batches: dict[str, list[dict[str, list[Row]]]]
     rows_seconds: dict[str, float]
@@ -209,14 +217,33 @@ async def fill(b: Bench, options: Options) -> Stored:
         results = await log.append_many(chunk, expected_seq=0 if i < len(control) // 2 else None)
         assert all(not isinstance(r, Exception) for r in results), results[:3]
     spans = telemetry_events(ns, options.spans)
-    await log.publish_spans(spans)
+    if options.span_batches:
+        messages = await publish_as_written(log, spans)
+    else:
+        await log.publish_spans(spans)
+        messages = len(spans)
     ends = await ends_at(log)
-    assert ends == {"control": len(control), "spans": len(spans)}, ends
+    assert ends == {"control": len(control), "spans": messages}, ends
     batches, seconds = {}, {}
     for stream in ("control", "spans"):
         envelopes = await read_all(log, stream, ends[stream])
         batches[stream], seconds[stream] = capture(stream, envelopes, options.batch)
-    return Stored(log, ends, sizes(control[:1] + control[-1:] + spans[: TURNS * 2 + 1]), batches, seconds)
+    events = {"control": len(control), "spans": len(spans)}
+    return Stored(log, ends, events, sizes(control[:1] + control[-1:] + spans[: TURNS * 2 + 1]), batches, seconds)
+
+
+async def publish_as_written(log: EventLog, events: Sequence[AnyEvent]) -> int:
+    """Each attempt's spans and reward as one SpanBatch, its model calls one message each; returns the messages."""
+    flushes: dict[str, list[AnyEvent]] = {}
+    calls = [e for e in events if isinstance(e, ModelCalled)]
+    for e in events:
+        if not isinstance(e, ModelCalled):
+            flushes.setdefault(e.attempt_id, []).append(e)  # type: ignore[union-attr]
+    await log.publish_spans(calls)
+    groups = list(flushes.values())
+    for i in range(0, len(groups), 200):
+        await asyncio.gather(*(log.publish_spans(g, batch=True) for g in groups[i : i + 200]))
+    return len(calls) + len(groups)
 
 
 async def read_all(log: EventLog, stream: str, end: int) -> list[Envelope]:
@@ -289,7 +316,7 @@ def check(con: duckdb.DuckDBPyConnection, stored: Stored, streams: Sequence[str]
     """Every event became a row (spans, model calls, rewards; one rollout and one attempt per claim)."""
     counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in ("spans", "model_calls", "rewards")}
     if "spans" in streams:
-        assert sum(counts.values()) == stored.ends["spans"], counts
+        assert sum(counts.values()) == stored.events["spans"], counts
     if "control" in streams:
         claimed = con.execute("SELECT count(*) FROM attempts WHERE status = 'preparing'").fetchall()[0][0]
         rollouts = con.execute("SELECT count(*) FROM rollouts").fetchall()[0][0]
@@ -329,8 +356,8 @@ async def vb_project(
         seconds = time.perf_counter() - start
         check(projector.con, stored, streams)
         if applies is not None:
-            applies.append(Run(projector.applied, projector.apply_seconds))
-        return Run(projector.applied, seconds)
+            applies.append(Run(sum(stored.events[s] for s in streams), projector.apply_seconds))
+        return Run(sum(stored.events[s] for s in streams), seconds)
     finally:
         projector.close()
         files.drop(path)
@@ -350,7 +377,7 @@ async def vb_rebuild(stored: Stored, files: Files, batch: int, readers: dict[str
         assert positions == stored.ends, positions
         with duckdb.connect(str(path)) as con:
             check(con, stored, ("control", "spans"))
-        return Run(sum(positions.values()), seconds)
+        return Run(sum(stored.events.values()), seconds)
     finally:
         files.drop(path)
 
@@ -372,7 +399,7 @@ def raw_insert(stored: Stored, files: Files, streams: Sequence[str]) -> Run:
                 for name, block_rows in rows.items():
                     blocks.run(con, named[name].sql, pa.Table.from_pylist(block_rows, schema=ARROW.get(name)))
                 con.commit()
-            events += stored.ends[stream]
+            events += stored.events[stream]
         seconds = time.perf_counter() - start
         check(con, stored, streams)
         return Run(events, seconds)
@@ -394,7 +421,7 @@ async def feed_only(stored: Stored, stream: str, batch: int) -> Run:
         start = time.perf_counter()
         while count < end:
             count += len(await feed.batch(batch, 0.1, to_seq=end))
-        return Run(count, time.perf_counter() - start)
+        return Run(stored.events[stream], time.perf_counter() - start)
     finally:
         await feed.close()
 
@@ -415,7 +442,7 @@ async def case_ingest(b: Bench, stored: Stored, files: Files, options: Options) 
             await raw_replay(b, stored.log, stream, stored.ends[stream], b.deadline()) for _ in range(options.reps)
         ]
         feeds = [await feed_only(stored, stream, options.batch) for _ in range(options.reps)]
-        n = stored.ends[stream]
+        n = stored.events[stream]
         rows = [Run(n, stored.rows_seconds[stream])]
         figures.append(summarize(f"diag_{stream}_bus_read", reads, raws, "raw ordered consumer, callback counter"))
         figures.append(summarize(f"diag_{stream}_feed", feeds, raws, "Feed.batch: read + metadata + decode"))
@@ -654,6 +681,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     p.add_argument("--no-csv", action="store_true", help="do not append to the ledger")
     p.add_argument("--span-readers", type=int, default=d.readers["spans"], help="spans reader processes (%(default)s)")
     p.add_argument("--control-readers", type=int, default=d.readers["control"], help="control readers (%(default)s)")
+    p.add_argument("--span-batches", action="store_true", help="spans as voltbus writes them: a SpanBatch per attempt")
     a = p.parse_args(argv)
     return Options(
         control=a.control,
@@ -666,6 +694,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         time_cap=a.time_cap,
         csv=None if a.no_csv else a.csv,
         readers={"control": a.control_readers, "spans": a.span_readers},
+        span_batches=a.span_batches,
     )
 
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from voltbus.schemas.gateway import GatewayPaused, GatewayResumed
 from voltbus.schemas.resources import ResourcesPublished
-from voltbus.schemas.spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanItem, SpanRecorded, items_of
+from voltbus.schemas.spans import ModelCalled, RewardReported, SpanItem, SpanRecorded, items_of
 from voltbus.schemas.training import CheckpointSaved, RunFinished, RunStarted, StepCompleted, StepStarted
 from voltbus.schemas.workers import WorkerStatusReported
 from voltbus.services.eventlog import Envelope
@@ -98,7 +98,7 @@ def telemetry_rows(env: Envelope) -> list[tuple[str, Row]]:
     return [row for i, e in items if (row := telemetry_row(e, env.seq, i)) is not None]
 
 
-def telemetry_row(e: SpanItem, seq: int, index: int = 0) -> tuple[str, Row] | None:
+def telemetry_row(e: SpanItem, seq: int, index: int) -> tuple[str, Row] | None:
     """The row a telemetry event stored at ``seq`` (the ``index``-th of its message) adds, under its block name
     (None: it only counts as activity)."""
     match e:
@@ -185,12 +185,9 @@ def gateway_row(e: GatewayPaused | GatewayResumed, seq: int) -> Row:
     }
 
 
-_SIGNS_OF_LIFE = (SpanRecorded, ModelCalled, LeanModelCalled, RewardReported, AttemptHeartbeatSent)
-
-
 def activity_keys(env: Envelope) -> list[tuple[str, str]]:
-    """(rollout, attempt) of each sign of life a spans-stream message holds."""
-    return [(e.rollout_id, e.attempt_id) for e in items_of(env.event) if isinstance(e, _SIGNS_OF_LIFE)]  # type: ignore[arg-type]
+    """(rollout, attempt) of each event a spans-stream message holds: every one is a sign of life."""
+    return [(e.rollout_id, e.attempt_id) for e in items_of(env.event)]  # type: ignore[arg-type]
 
 
 def count_activity(activity: dict[tuple[str, str], Row], key: tuple[str, str], env: Envelope) -> None:

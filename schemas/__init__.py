@@ -106,6 +106,7 @@ from .rollouts import (
     SequenceId,
 )
 from .spans import (
+    SPAN_TYPES,
     AttemptHeartbeatSent,
     ModelCalled,
     RewardReported,
@@ -211,6 +212,7 @@ __all__ = [
     "RunFinished",
     "RunStarted",
     "SCHEMA_VERSION",
+    "SPAN_TYPES",
     "SampledChoice",
     "SamplingValue",
     "SequenceId",

@@ -11,7 +11,7 @@ import msgspec
 
 from .errors import DecodeError
 from .events import AnyEvent, ControlEvent
-from .spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanBatch, SpanEvent, SpanRecorded
+from .spans import SPAN_TYPES, SpanEvent
 
 _encoder = msgspec.json.Encoder()
 _control = msgspec.json.Decoder(ControlEvent)
@@ -93,8 +93,4 @@ def stream_of(event: AnyEvent) -> Literal["control", "spans"]:
     >>> stream_of(AttemptHeartbeatSent(event_id="e", rollout_id="r", attempt_id="a", worker_id="w", at=0))
     'spans'
     """
-    match event:
-        case SpanRecorded() | ModelCalled() | RewardReported() | AttemptHeartbeatSent() | SpanBatch():
-            return "spans"
-        case _:
-            return "control"
+    return "spans" if isinstance(event, SPAN_TYPES) else "control"

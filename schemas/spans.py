@@ -5,6 +5,7 @@ Span fields follow Agent Lightning's OpenTelemetry-shaped ``Span`` (``types/trac
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
@@ -197,6 +198,8 @@ class SpanBatch(Event, frozen=True, kw_only=True):
 
 SpanEvent = SpanItem | SpanBatch
 """Every event on the spans stream."""
+SPAN_TYPES: tuple[type[Event], ...] = typing.get_args(SpanEvent)
+"""The classes of ``SpanEvent``: what goes on the spans stream (every other event goes on the control stream)."""
 
 
 def items_of(event: SpanEvent) -> Sequence[SpanItem]:

@@ -14,7 +14,7 @@ import msgspec
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import ConcurrencyConflict, VoltbusError
 from voltbus.schemas.rollouts import AttemptClaimed, RolloutQueued
-from voltbus.schemas.spans import SpanRecorded, SpanStatus, items_of
+from voltbus.schemas.spans import SpanRecorded, SpanStatus
 
 from .eventlog import Envelope, EventLog
 from .settings import NatsSettings
@@ -101,9 +101,8 @@ async def run_selfcheck(settings: NatsSettings, rollouts: int, spans: int, say: 
             len(got) == rollouts + claims,
             f"replayed {len(got)} control events of this run, wanted {rollouts + claims}",
         )
-        span_items = [e async for e in log.replay("spans", from_seq=start_spans)]
-        events = [e for m in span_items if isinstance(m, Envelope) for e in items_of(m.event)]  # type: ignore[arg-type]
-        mine = [e for e in events if e.rollout_id.startswith(run)]
+        events = [e.event async for e in log.telemetry(from_seq=start_spans) if isinstance(e, Envelope)]
+        mine = [e for e in events if e.rollout_id.startswith(run)]  # type: ignore[union-attr]
         _check(len(mine) == spans, f"replayed {len(mine)} spans of this run, wanted {spans}")
         n = len(ctrl) + len(events)
         say(f"replayed {n} events in order ({n / (time.perf_counter() - t):,.0f}/s): nothing lost, nothing doubled")

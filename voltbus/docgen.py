@@ -25,7 +25,7 @@ from pydantic_core import PydanticUndefined
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from voltbus.schemas.catalog import EVENT_TYPES
-from voltbus.schemas.spans import SpanBatch, SpanRecorded
+from voltbus.schemas.spans import SPAN_TYPES
 from voltbus.schemas.subjects import Topology, subject_for
 from voltbus.services.settings import Settings
 
@@ -255,23 +255,22 @@ def _placeholder(name: str) -> str:
 
 
 def subject_pattern(cls: type[msgspec.Struct], topology: Topology) -> tuple[str, str]:
-    """(stream, subject pattern) of an event type, found by routing a placeholder instance."""
+    """(stream, subject pattern) of an event type: a spans-stream type goes to a shard, a control one is found by
+    routing a placeholder instance."""
+    if cls in SPAN_TYPES:
+        return _doc_name(topology, topology.spans_stream), "<ns>.sp.<shard>"
     fields = msgspec.structs.fields(cls)
     required = {f.name: _placeholder(f.name) for f in fields if f.required or isinstance(f.default, str)}
-    if cls is SpanBatch:  # routed by its events: one of them stands in
-        return subject_pattern(SpanRecorded, topology)
     subject = subject_for(topology, cls(**required))  # type: ignore[arg-type]
     for name, token in required.items():
         subject = subject.replace(token, f"<{name}>")
-    for stream, patterns in (
-        (topology.control_stream, topology.control_subjects),
-        (topology.spans_stream, topology.spans_subjects),
-    ):
-        if any(fnmatch.fnmatchcase(subject, p) for p in patterns):
-            if stream == topology.spans_stream:
-                subject = f"{topology.namespace}.sp.<shard>"
-            return stream.replace(topology.namespace.upper(), "<NS>"), subject.replace(topology.namespace, "<ns>", 1)
-    raise ValueError(f"{cls.__name__} routes to {subject}, which no stream captures")
+    if any(fnmatch.fnmatchcase(subject, p) for p in topology.control_subjects):
+        return _doc_name(topology, topology.control_stream), subject.replace(topology.namespace, "<ns>", 1)
+    raise ValueError(f"{cls.__name__} routes to {subject}, which no control subject captures")
+
+
+def _doc_name(topology: Topology, stream: str) -> str:
+    return stream.replace(topology.namespace.upper(), "<NS>")
 
 
 @functools.cache

@@ -6,14 +6,12 @@ It is rebuilt from the streams on start; nothing here is a source of truth.
 
 from __future__ import annotations
 
-from voltbus.schemas.spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanRecorded, items_of
+from voltbus.schemas.spans import items_of
 from voltbus.schemas.subjects import aggregate_of
 from voltbus.services.eventlog import Envelope
 from voltbus.services.lifecycle import RolloutState, decider
 
 from .watchdog import Verdict, check
-
-SIGNS_OF_LIFE = (SpanRecorded, ModelCalled, RewardReported, AttemptHeartbeatSent)
 
 
 class Tracker:
@@ -39,9 +37,10 @@ class Tracker:
         return before, after
 
     def apply_span(self, env: Envelope) -> None:
-        """Note a sign of life of an attempt of an unfinished rollout (at the server's receive time)."""
+        """Note the signs of life (every event on the spans stream is one) of attempts of unfinished rollouts, at
+        the server's receive time."""
         for event in items_of(env.event):  # type: ignore[arg-type]
-            if isinstance(event, SIGNS_OF_LIFE) and event.rollout_id in self.rollouts:
+            if event.rollout_id in self.rollouts:
                 key = (event.rollout_id, event.attempt_id)
                 self.last_seen[key] = max(self.last_seen.get(key, 0.0), env.time)
 

@@ -146,9 +146,10 @@ class EventLog:
         """Publish span-stream events (spans, model calls, rewards, heartbeats); never drops silently.
 
         Each event is a message of its own, its id the message id: a retry of any of them is stored once. With
-        ``batch``, those of one shard subject are stored as ``SpanBatch`` messages (``span_batch_bytes``), one
-        write and one fsync each; a batch's id is derived from its events, so only a retry with the very same
-        events is stored once: for a caller that retries a failed publish with exactly what it published."""
+        ``batch``, those of one shard subject are stored as ``SpanBatch`` messages (``span_batch_bytes``): one
+        publish, acknowledgement and delivery each. A batch's id is derived from its events, so only a retry with
+        the very same events is stored once: for a caller that retries a failed publish with exactly what it
+        published."""
         s = self.settings
         messages = [self._message(e) for e in events]
         if batch:

@@ -234,10 +234,12 @@ async def fill(b: Bench, options: Options) -> Stored:
 
 async def publish_as_written(log: EventLog, events: Sequence[AnyEvent]) -> int:
     """Each attempt's spans and reward as one SpanBatch, its model calls one message each; returns the messages."""
+    calls: list[AnyEvent] = []
     flushes: dict[str, list[AnyEvent]] = {}
-    calls = [e for e in events if isinstance(e, ModelCalled)]
     for e in events:
-        if not isinstance(e, ModelCalled):
+        if isinstance(e, ModelCalled):
+            calls.append(e)
+        else:
             flushes.setdefault(e.attempt_id, []).append(e)  # type: ignore[union-attr]
     await log.publish_spans(calls)
     groups = list(flushes.values())
@@ -355,9 +357,10 @@ async def vb_project(
         await project(projector, stored.log, ends=ends, batch_size=batch, readers=readers or 0)
         seconds = time.perf_counter() - start
         check(projector.con, stored, streams)
+        events = sum(stored.events[s] for s in streams)
         if applies is not None:
-            applies.append(Run(sum(stored.events[s] for s in streams), projector.apply_seconds))
-        return Run(sum(stored.events[s] for s in streams), seconds)
+            applies.append(Run(events, projector.apply_seconds))
+        return Run(events, seconds)
     finally:
         projector.close()
         files.drop(path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -61,9 +62,13 @@ def prepare_file(path: Path) -> None:
 class Projector:
     """The only writer of one DuckDB file."""
 
-    def __init__(self, path: Path | str, adapter: AdapterSettings | None = None) -> None:
+    def __init__(self, path: Path | str, adapter: AdapterSettings | None = None, defer_training: bool = False) -> None:
         self.path = Path(path)
         self.adapter = adapter or AdapterSettings()
+        self.defer_training = defer_training
+        """Leave the training tables for one pass at the end (``finish_training``), as a rebuild does: during a replay
+        control runs ahead of telemetry, and each attempt would be adapted once when it ends and again when its
+        spans arrive. The database is marked meanwhile; opened with the mark set, it gets that pass first."""
         self.schemas, self.blocks = blocks.load()
         self.positions = dict.fromkeys(STREAMS, 0)
         self.stamps = dict.fromkeys(STREAMS, 0.0)
@@ -82,6 +87,19 @@ class Projector:
         self.ended = training.ended_attempts(self.con, self.blocks)
         """Attempts no longer in progress as committed (kept up by each commit; a rolled-back one changes none):
         telemetry of others needs no training rows yet."""
+        self.deferred = training.deferred(self.con, self.blocks)
+        """Whether the training tables wait for the deferred pass (the mark is in the database)."""
+        if self.deferred and not defer_training:
+            log.warning("%s: the training tables of an unfinished rebuild are computed now", self.path)
+            self.finish_training()
+
+    def finish_training(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """The deferred pass: every ended attempt's training rows (``training.catch_up``); from now on each commit
+        keeps them up again. Returns the attempts; ``progress(done, total)`` after each chunk of them."""
+        if self.deferred:
+            self.ended = training.catch_up(self.con, self.blocks, self.adapter, progress)
+        self.deferred = self.defer_training = False
+        return len(self.ended)
 
     def _load(self) -> None:
         """Positions as the last committed transaction left them; the folds are read again when next needed."""
@@ -233,12 +251,18 @@ class Projector:
                     self.con.execute(self.blocks["first_checkpoint"].sql, position)
             for name, table in blocks_:
                 blocks.run(self.con, self.blocks[name].sql, table)
-            ended = training.refresh(self.con, self.blocks, cleared, candidates, self.adapter, self.ended)
+            if self.defer_training:
+                ended: set[Key] = set()
+                if not self.deferred:  # marked with the first rows that get no training rows
+                    self.con.execute(self.blocks["training_deferred"].sql)
+            else:
+                ended = training.refresh(self.con, self.blocks, cleared, candidates, self.adapter, self.ended)
             self.con.commit()
         except BaseException:
             self.con.rollback()
             self._load()  # folds prepared here went ahead of the database: take them back
             raise
+        self.deferred = self.deferred or self.defer_training
         self.ended.difference_update(cleared)
         self.ended.update(ended)
 

@@ -8,7 +8,7 @@ reward), so the tables after any interleaving of the two streams equal the table
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import duckdb
@@ -23,6 +23,8 @@ from .blocks import Block, run
 
 Key = tuple[str, str]
 _json = msgspec.json.Decoder()
+CATCH_UP_CHUNK = 1000
+"""Attempts per transaction of a deferred pass: each chunk's telemetry is read in one query per table."""
 
 
 def task_id(metadata: dict[str, Any], input_: Any) -> str:
@@ -82,6 +84,39 @@ def refresh(
     _insert(con, blocks["trajectory_rows"], "trajectories", [_row(t) for o in outputs for t in o.trajectories])
     _insert(con, blocks["training_attempt_rows"], "training_attempts", [_row(o.summary) for o in outputs])
     return ended
+
+
+def deferred(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block]) -> bool:
+    """Whether the training tables wait for a deferred pass (``catch_up``)."""
+    return bool(con.execute(blocks["training_is_deferred"].sql).fetchone()[0])  # type: ignore[index]
+
+
+def catch_up(
+    con: duckdb.DuckDBPyConnection,
+    blocks: dict[str, Block],
+    settings: AdapterSettings,
+    progress: Callable[[int, int], None] | None = None,
+    chunk: int = CATCH_UP_CHUNK,
+) -> set[Key]:
+    """The deferred pass: the training rows of every ended attempt, ``chunk`` attempts per transaction, the last of
+    which also takes the mark away. Attempts that already have rows (a pass cut off before) are redone. Returns
+    the ended attempts; ``progress(done, total)`` after each chunk."""
+    keys = sorted(ended_attempts(con, blocks))
+    stored = set(con.execute(blocks["training_with_rows"].sql).fetchall())
+    for start in range(0, max(len(keys), 1), chunk):
+        part = keys[start : start + chunk]
+        con.begin()
+        try:
+            refresh(con, blocks, [], part, settings, stored)
+            if start + chunk >= len(keys):
+                con.execute(blocks["training_undeferred"].sql)
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+        if progress is not None:
+            progress(start + len(part), len(keys))
+    return set(keys)
 
 
 def ended_attempts(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block]) -> set[Key]:

@@ -59,14 +59,36 @@ def _floats(value: Any, n: int) -> list[float] | None:
     return None
 
 
+class _Body(msgspec.Struct):
+    """The keys of a response body that the adapter reads (msgspec skips the rest, logprobs content included)."""
+
+    id: Any = msgspec.UNSET
+    model: Any = msgspec.UNSET
+    resources_id: Any = msgspec.UNSET
+    weight_version: Any = msgspec.UNSET
+
+
+_body_decoder = msgspec.json.Decoder(_Body)
+_BODY_KEYS = tuple(msgspec.structs.fields(_Body))
+
+
 def _body(text: Any) -> dict[str, Any]:
+    """A response body's keys the adapter reads (those present), from its JSON text; {} when it is no object.
+
+    >>> _body('{"id": "c1", "choices": [], "resources_id": null}'), _body('[1]'), _body('{"id": NaN}')
+    ({'id': 'c1', 'resources_id': None}, {}, {'id': nan})
+    """
     if not isinstance(text, str):
         return {}
     try:
-        body = json.loads(text)
-    except json.JSONDecodeError:
-        return {}
-    return body if isinstance(body, dict) else {}
+        found = _body_decoder.decode(text)
+    except msgspec.DecodeError:  # not an object, or JSON only the json module reads (NaN, Infinity)
+        try:
+            body = json.loads(text)
+        except json.JSONDecodeError:
+            return {}
+        return {f.name: body[f.name] for f in _BODY_KEYS if f.name in body} if isinstance(body, dict) else {}
+    return {f.name: v for f in _BODY_KEYS if (v := getattr(found, f.name)) is not msgspec.UNSET}
 
 
 def _version(body: dict[str, Any]) -> str | None:

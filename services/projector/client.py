@@ -164,7 +164,7 @@ async def rebuild(
     if any(settings.projector.readers.values()):
         await asyncio.to_thread(forks.prestart)  # the readers' fork server, started once
     log_ = await EventLog.connect(settings.nats, name=f"voltbus-{label}")
-    projector = Projector(db, adapter)
+    projector = Projector(db, adapter, defer_training=True)  # one training pass at the end, not one per batch
     try:
         if from_seq:
             projector.positions["control"] = from_seq - 1
@@ -180,10 +180,23 @@ async def rebuild(
         meter.done = projector.applied
         positions = dict(projector.positions)
         say(meter.summary(f"rebuilt {db}; control seq {positions['control']}, spans seq {positions['spans']}"))
+        await asyncio.to_thread(training_pass, projector, label, say)
         return positions
     finally:
         projector.close()
         await log_.close()
+
+
+def training_pass(projector: Projector, label: str, say: Callable[[str], None]) -> None:
+    """A rebuild's deferred training pass, with progress."""
+    meter = Meter(f"{label}: training rows", 0, say, unit="attempts")
+
+    def progress(done: int, total: int) -> None:
+        meter.total = total
+        meter.add(done - meter.done)
+
+    meter.done = projector.finish_training(progress)
+    say(meter.summary())
 
 
 def rebuild_sync(settings: Settings, db: Path, say: Callable[[str], None], **kwargs: object) -> None:

@@ -7,10 +7,14 @@ import asyncio
 from pathlib import Path
 
 import duckdb
+import pytest
 
-from voltbus.projections.adapter import AdapterSettings, settings_id
+from voltbus.projections import training
+from voltbus.projections.adapter import AdapterOutput, AdapterSettings, AttemptInput, settings_id
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
+from voltbus.services.projector import client
+from voltbus.services.settings import Settings
 from voltbus.store import Store
 
 from .training_workload import write
@@ -72,3 +76,55 @@ async def test_reprojection_with_another_policy_changes_rewards_not_tokens(store
         assert {r[4] for r in second} == {settings_id(other)}
         assert b.execute("SELECT count(*) FROM trajectories").fetchone() == (18,)  # one row per call
         assert b.execute("SELECT settings_id FROM training_meta").fetchall() == [(settings_id(other),)]
+
+
+async def test_a_replay_trains_once_at_the_end_and_equals_live(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await write(store, 8)
+    ends = await ends_at(store.log)
+    live = Projector(tmp_path / "live.duckdb")
+    await project(live, store.log, ends=ends, batch_size=5)
+    live_tables = dump(live.con)
+    live.close()
+    adapted: list[str] = []
+    real_adapt = training.adapt
+
+    def counting(attempt: AttemptInput, settings: AdapterSettings) -> AdapterOutput:
+        adapted.append(attempt.attempt_id)
+        return real_adapt(attempt, settings)
+
+    monkeypatch.setattr(training, "adapt", counting)
+    said: list[str] = []
+    await client.rebuild(Settings(nats=store.log.settings), tmp_path / "replay.duckdb", said.append)
+    assert sorted(adapted) == sorted(set(adapted)) and len(adapted) == 8  # each ended attempt once
+    assert any("training rows: 8 attempts" in line for line in said), said
+    with duckdb.connect(str(tmp_path / "replay.duckdb"), read_only=True) as con:
+        assert dump(con) == live_tables
+        assert con.execute("SELECT key FROM projection_meta ORDER BY key").fetchall() == [("version",)]
+
+
+async def test_an_unfinished_deferred_pass_is_finished_when_the_database_is_opened(
+    store: Store, tmp_path: Path
+) -> None:
+    await write(store, 8)
+    ends = await ends_at(store.log)
+    live = Projector(tmp_path / "live.duckdb")
+    await project(live, store.log, ends=ends, batch_size=5)
+    live_tables = dump(live.con)
+    live.close()
+    path = tmp_path / "cut.duckdb"
+    cut = Projector(path, defer_training=True)
+    await project(cut, store.log, ends=ends, batch_size=5)
+
+    def stop_after_first_chunk(done: int, total: int) -> None:
+        raise KeyboardInterrupt  # the process is stopped between two chunks
+
+    with pytest.raises(KeyboardInterrupt):
+        training.catch_up(cut.con, cut.blocks, cut.adapter, stop_after_first_chunk, chunk=3)
+    assert cut.con.execute("SELECT count(*) FROM training_attempts").fetchone() == (3,)  # the first chunk landed
+    assert training.deferred(cut.con, cut.blocks)
+    cut.close()
+    reopened = Projector(path)  # finishes the pass: the 3 attempts of the first chunk are redone, not doubled
+    assert not reopened.deferred and dump(reopened.con) == live_tables
+    reopened.close()

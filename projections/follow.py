@@ -103,6 +103,7 @@ async def project(
     async with asyncio.TaskGroup() as tasks:
         for stream in STREAMS:
             tasks.create_task(following.one(stream))
+    await asyncio.to_thread(projector.release_held)  # what waited for telemetry past a bounded run's end
 
 
 class Following:
@@ -251,6 +252,11 @@ class Following:
                         continue
                 if batch:
                     src = await self.write(stream, end, src, batch)
+                elif stream == "spans" and self.projector.held.ends:  # nothing more came: what waited for it is due
+                    async with self.lock:
+                        await asyncio.to_thread(self.projector.release_held)
+                    if self.progress:  # queries waiting for those attempts' rows
+                        self.progress(stream, self.projector.positions[stream], end or 0)
         finally:
             await src.close()
 

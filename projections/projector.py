@@ -68,7 +68,7 @@ class Projector:
         self.defer_training = defer_training
         """Leave the training tables for one pass at the end (``finish_training``), as a rebuild does: during a replay
         control runs ahead of telemetry, and each attempt would be adapted once when it ends and again when its
-        spans arrive. The database is marked meanwhile; opened with the mark set, it gets that pass first."""
+        spans arrive. Opened again before that pass, a database gets it first (its ended attempts without rows)."""
         self.schemas, self.blocks = blocks.load()
         self.positions = dict.fromkeys(STREAMS, 0)
         self.stamps = dict.fromkeys(STREAMS, 0.0)
@@ -87,19 +87,27 @@ class Projector:
         self.ended = training.ended_attempts(self.con, self.blocks)
         """Attempts no longer in progress as committed (kept up by each commit; a rolled-back one changes none):
         telemetry of others needs no training rows yet."""
-        self.deferred = training.deferred(self.con, self.blocks)
-        """Whether the training tables wait for the deferred pass (the mark is in the database)."""
-        if self.deferred and not defer_training:
-            log.warning("%s: the training tables of an unfinished rebuild are computed now", self.path)
-            self.finish_training()
+        self.held = training.Held()
+        """Ended attempts whose training refresh waits for their telemetry (see ``training.Held``)."""
+        missing = set() if defer_training else training.without_rows(self.con, self.blocks, self.ended)
+        if missing:
+            log.warning("%s: %d ended attempts have no training rows yet: computing them now", self.path, len(missing))
+            training.catch_up(self.con, self.blocks, self.adapter, missing)
 
     def finish_training(self, progress: Callable[[int, int], None] | None = None) -> int:
-        """The deferred pass: every ended attempt's training rows (``training.catch_up``); from now on each commit
-        keeps them up again. Returns the attempts; ``progress(done, total)`` after each chunk of them."""
-        if self.deferred:
-            self.ended = training.catch_up(self.con, self.blocks, self.adapter, progress)
-        self.deferred = self.defer_training = False
-        return len(self.ended)
+        """The deferred pass: the training rows of every ended attempt that has none; from now on each commit keeps
+        them up again. Returns how many it computed; ``progress(done, total)`` after each chunk of them."""
+        self.ended = training.ended_attempts(self.con, self.blocks)
+        missing = training.without_rows(self.con, self.blocks, self.ended)
+        training.catch_up(self.con, self.blocks, self.adapter, missing, progress)
+        self.defer_training = False
+        return len(missing)
+
+    def release_held(self) -> None:
+        """Refresh every held attempt now (the spans stream has nothing more for the moment)."""
+        if self.held.ends:
+            self._commit([], [], [], sorted(self.held.ends))
+            self.held.keep({})
 
     def _load(self) -> None:
         """Positions as the last committed transaction left them; the folds are read again when next needed."""
@@ -188,10 +196,18 @@ class Projector:
             checkpoints.append((prepared.stream, prepared.last, prepared.stamp))
             cleared += prepared.cleared
             if prepared.stream == "spans":  # telemetry: only that of an ended attempt changes training rows
-                candidates += [k for k in prepared.candidates if k in self.ended or k in ended_here]
+                known = (self.ended, ended_here, self.held.ends)
+                candidates += [k for k in prepared.candidates if any(k in ended for ended in known)]
             else:
                 candidates += prepared.candidates
+        held, due = self.held.ends, set()
+        if not self.defer_training:
+            ended_at = max(((p.stamp, p.last) for p, _ in batches if p.stream == "control"), default=(0.0, 0))
+            telemetry_at = max([self.stamps["spans"], *(p.stamp for p, _ in batches if p.stream == "spans")])
+            held, due = self.held.after(ended_here, ended_at, telemetry_at)
+            candidates = [k for k in candidates if k not in held] + sorted(due)
         self._commit(tables_, checkpoints, cleared, candidates)
+        self.held.keep(held)
         for prepared, preparer in batches:
             self.positions[prepared.stream], self.stamps[prepared.stream] = prepared.last, prepared.stamp
             self.applied += prepared.count
@@ -251,18 +267,14 @@ class Projector:
                     self.con.execute(self.blocks["first_checkpoint"].sql, position)
             for name, table in blocks_:
                 blocks.run(self.con, self.blocks[name].sql, table)
-            if self.defer_training:
-                ended: set[Key] = set()
-                if not self.deferred:  # marked with the first rows that get no training rows
-                    self.con.execute(self.blocks["training_deferred"].sql)
-            else:
+            ended: set[Key] = set()
+            if not self.defer_training:
                 ended = training.refresh(self.con, self.blocks, cleared, candidates, self.adapter, self.ended)
             self.con.commit()
         except BaseException:
             self.con.rollback()
             self._load()  # folds prepared here went ahead of the database: take them back
             raise
-        self.deferred = self.deferred or self.defer_training
         self.ended.difference_update(cleared)
         self.ended.update(ended)
 

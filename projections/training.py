@@ -86,37 +86,66 @@ def refresh(
     return ended
 
 
-def deferred(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block]) -> bool:
-    """Whether the training tables wait for a deferred pass (``catch_up``)."""
-    return bool(con.execute(blocks["training_is_deferred"].sql).fetchone()[0])  # type: ignore[index]
+def without_rows(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], ended: Collection[Key]) -> set[Key]:
+    """The ``ended`` attempts that have no training rows: their refresh never ran (a replay stopped before its
+    training pass, or a projector stopped while it held them)."""
+    return set(ended) - set(con.execute(blocks["training_with_rows"].sql).fetchall())
 
 
 def catch_up(
     con: duckdb.DuckDBPyConnection,
     blocks: dict[str, Block],
     settings: AdapterSettings,
+    keys: Collection[Key],
     progress: Callable[[int, int], None] | None = None,
     chunk: int = CATCH_UP_CHUNK,
-) -> set[Key]:
-    """The deferred pass: the training rows of every ended attempt, ``chunk`` attempts per transaction, the last of
-    which also takes the mark away. Attempts that already have rows (a pass cut off before) are redone. Returns
-    the ended attempts; ``progress(done, total)`` after each chunk."""
-    keys = sorted(ended_attempts(con, blocks))
-    stored = set(con.execute(blocks["training_with_rows"].sql).fetchall())
-    for start in range(0, max(len(keys), 1), chunk):
-        part = keys[start : start + chunk]
+) -> None:
+    """The training rows of ended attempts that have none (``keys``), ``chunk`` attempts per transaction;
+    ``progress(done, total)`` after each chunk."""
+    ordered = sorted(keys)
+    for start in range(0, len(ordered), chunk):
+        part = ordered[start : start + chunk]
         con.begin()
         try:
-            refresh(con, blocks, [], part, settings, stored)
-            if start + chunk >= len(keys):
-                con.execute(blocks["training_undeferred"].sql)
+            refresh(con, blocks, [], part, settings, ())
             con.commit()
         except BaseException:
             con.rollback()
             raise
         if progress is not None:
-            progress(start + len(part), len(keys))
-    return set(keys)
+            progress(start + len(part), len(ordered))
+
+
+class Held:
+    """Ended attempts whose refresh waits for their telemetry, each with where the control batch that ended it was
+    stored (time, sequence): the spans stream is read apart from the control stream and lags behind it, so a refresh
+    when the end is applied would mostly see none of the spans stored before it, and be done again when they arrive
+    (twice for nearly every attempt at 256 rollouts in flight, BENCHMARKS.md issue 4). Such an attempt is refreshed
+    once the spans stream has applied a message stored at or after its end, or when the spans stream has nothing
+    more; until then a query that waits for a control sequence at or past its end waits for it too."""
+
+    def __init__(self) -> None:
+        self.ends: dict[Key, tuple[float, int]] = {}
+
+    def after(
+        self, ended: Iterable[Key], at: tuple[float, int], telemetry_at: float
+    ) -> tuple[dict[Key, tuple[float, int]], set[Key]]:
+        """What is held and what is due once a commit has ended ``ended`` (control stored up to ``at``: time,
+        sequence) and applied telemetry stored up to ``telemetry_at``; nothing changes until ``keep`` takes the
+        first (replaced, never changed in place: other threads read it)."""
+        held = dict(self.ends)
+        if at[0] > telemetry_at:
+            held.update(dict.fromkeys(ended, at))
+        due = {k for k, (t, _) in held.items() if t <= telemetry_at}
+        return {k: v for k, v in held.items() if k not in due}, due
+
+    def keep(self, held: dict[Key, tuple[float, int]]) -> None:
+        """After the commit that ``after`` was for."""
+        self.ends = held
+
+    def blocks(self, control_seq: int) -> bool:
+        """Whether an attempt ended at or before ``control_seq`` is still held."""
+        return any(seq <= control_seq for _, seq in self.ends.values())
 
 
 def ended_attempts(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block]) -> set[Key]:

@@ -119,21 +119,9 @@ WHERE NOT list_contains($active, a.status)
 ORDER BY a.rollout_id, a.attempt_id;
 
 -- name: training_with_rows
--- The attempts that have training rows (a deferred pass that was cut off redoes them).
+-- The attempts that have training rows (every ended attempt has one once its refresh ran: the others are computed
+-- when the projector opens the file).
 SELECT rollout_id, attempt_id FROM training_attempts;
-
--- name: training_deferred
--- Mark that the training tables are left for one pass at the end (a rebuild): a database opened with the mark set
--- gets that pass first.
-INSERT OR IGNORE INTO projection_meta VALUES ('training', 'deferred');
-
--- name: training_undeferred
--- The deferred pass is done (in the same transaction as its last rows).
-DELETE FROM projection_meta WHERE key = 'training';
-
--- name: training_is_deferred
--- Whether the training tables wait for a deferred pass.
-SELECT count(*) > 0 FROM projection_meta WHERE key = 'training';
 
 -- name: ended_attempts
 -- Every attempt no longer in progress (the projector keeps them in memory: late telemetry of one is retrained).

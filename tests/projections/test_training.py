@@ -80,15 +80,15 @@ async def test_reprojection_with_another_policy_changes_rewards_not_tokens(store
         assert b.execute("SELECT settings_id FROM training_meta").fetchall() == [(settings_id(other),)]
 
 
-async def test_a_replay_trains_once_at_the_end_and_equals_live(
-    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def written(store: Store, tmp_path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """The training workload of 8 attempts written, and the training tables a projection of it makes."""
     await write(store, 8)
-    ends = await ends_at(store.log)
-    live = Projector(tmp_path / "live.duckdb")
-    await project(live, store.log, ends=ends, batch_size=5)
-    live_tables = dump(live.con)
-    live.close()
+    with await rebuild(store, tmp_path / "expected.duckdb") as con:
+        return dump(con)
+
+
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The attempt ids the adapter is called for, from now on."""
     adapted: list[str] = []
     real_adapt = training.adapt
 
@@ -97,6 +97,14 @@ async def test_a_replay_trains_once_at_the_end_and_equals_live(
         return real_adapt(attempt, settings)
 
     monkeypatch.setattr(training, "adapt", counting)
+    return adapted
+
+
+async def test_a_replay_trains_once_at_the_end_and_equals_live(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live_tables = await written(store, tmp_path)
+    adapted = counted(monkeypatch)
     said: list[str] = []
     await client.rebuild(Settings(nats=store.log.settings), tmp_path / "replay.duckdb", said.append)
     assert sorted(adapted) == sorted(set(adapted)) and len(adapted) == 8  # each ended attempt once
@@ -105,18 +113,11 @@ async def test_a_replay_trains_once_at_the_end_and_equals_live(
         assert dump(con) == live_tables
 
 
-async def test_an_unfinished_deferred_pass_is_finished_when_the_database_is_opened(
-    store: Store, tmp_path: Path
-) -> None:
-    await write(store, 8)
-    ends = await ends_at(store.log)
-    live = Projector(tmp_path / "live.duckdb")
-    await project(live, store.log, ends=ends, batch_size=5)
-    live_tables = dump(live.con)
-    live.close()
+async def test_a_training_pass_cut_off_is_finished_when_the_database_is_opened(store: Store, tmp_path: Path) -> None:
+    live_tables = await written(store, tmp_path)
     path = tmp_path / "cut.duckdb"
     cut = Projector(path, defer_training=True)
-    await project(cut, store.log, ends=ends, batch_size=5)
+    await project(cut, store.log, ends=await ends_at(store.log), batch_size=5)
 
     def stop_after_first_chunk(done: int, total: int) -> None:
         raise KeyboardInterrupt  # the process is stopped between two chunks
@@ -148,12 +149,8 @@ async def stored(store: Store, stream: str) -> list[Envelope | BadEvent]:
 async def test_an_attempt_ended_before_its_spans_are_applied_is_adapted_once(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await write(store, 8)
-    with await rebuild(store, tmp_path / "rebuilt.duckdb") as con:
-        expected = dump(con)
-    adapted: list[str] = []
-    real_adapt = training.adapt
-    monkeypatch.setattr(training, "adapt", lambda a, s: adapted.append(a.attempt_id) or real_adapt(a, s))
+    expected = await written(store, tmp_path)
+    adapted = counted(monkeypatch)
     projector = Projector(tmp_path / "live.duckdb")
     projector.apply("control", await stored(store, "control"))  # the ends first, as when the spans reader lags
     assert adapted == [] and len(projector.held.ends) == 8
@@ -167,9 +164,7 @@ async def test_an_attempt_ended_before_its_spans_are_applied_is_adapted_once(
 async def test_attempts_held_when_the_projector_stopped_get_their_rows_when_it_opens(
     store: Store, tmp_path: Path
 ) -> None:
-    await write(store, 8)
-    with await rebuild(store, tmp_path / "rebuilt.duckdb") as con:
-        expected = dump(con)
+    expected = await written(store, tmp_path)
     path = tmp_path / "live.duckdb"
     first = Projector(path)
     first.apply("control", await stored(store, "control"))

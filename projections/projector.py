@@ -201,7 +201,7 @@ class Projector:
             else:
                 candidates += prepared.candidates
         held, due = self.held.ends, set()
-        if not self.defer_training:
+        if not self.defer_training and "spans" not in self.diverged:  # (a stopped spans stream releases none)
             ended_at = max(((p.stamp, p.last) for p, _ in batches if p.stream == "control"), default=(0.0, 0))
             telemetry_at = max([self.stamps["spans"], *(p.stamp for p, _ in batches if p.stream == "spans")])
             held, due = self.held.after(ended_here, ended_at, telemetry_at)
@@ -251,6 +251,8 @@ class Projector:
         """Record that a stream is no longer applied (the log no longer holds what was applied)."""
         self.diverged[divergence["stream"]] = divergence["reason"]
         blocks.run(self.con, self.blocks["divergence"].sql, pa.Table.from_pylist([divergence]))
+        if divergence["stream"] == "spans":  # no more telemetry will come: nothing waits for it
+            self.release_held()
 
     def _commit(
         self,

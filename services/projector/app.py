@@ -44,11 +44,13 @@ class Progress:
         self.advanced = asyncio.Event()
 
     async def reach(self, min_seq: dict[str, int], timeout: float) -> bool:
-        """Wait until every stream's position is at least ``min_seq`` and no attempt that ended by then waits for
-        its training rows (``training.Held``: at most the projector's ``max_wait`` more); False at the deadline."""
+        """Wait until every stream's position is at least ``min_seq``; False at the deadline. With both streams named,
+        also until no attempt that ended by the control sequence waits for its telemetry (``training.Held``: at
+        most the projector's ``max_wait`` more), so that its training rows are there; a wait for one stream alone
+        (a store client's read-your-writes) does not wait for the other stream's telemetry."""
         deadline = time.monotonic() + timeout
         while any(self.projector.positions.get(s, 0) < n for s, n in min_seq.items()) or (
-            "control" in min_seq and self.projector.held.blocks(min_seq["control"])
+            "spans" in min_seq and self.projector.held.blocks(min_seq.get("control", 0))
         ):
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -16,6 +16,7 @@ from voltbus.projections.lean import projector_feed
 from voltbus.projections.projector import Projector
 from voltbus.services.eventlog import BadEvent, Envelope, Passed
 from voltbus.services.projector import client
+from voltbus.services.projector.app import Progress
 from voltbus.services.settings import Settings
 from voltbus.store import Store
 
@@ -176,3 +177,22 @@ async def test_attempts_held_when_the_projector_stopped_get_their_rows_when_it_o
     second.release_held()
     assert dump(second.con) == expected
     second.close()
+
+
+async def test_a_query_naming_both_streams_waits_for_held_rows_and_one_naming_control_does_not(
+    tmp_path: Path,
+) -> None:
+    projector = Projector(tmp_path / "p.duckdb")
+    progress = Progress(projector)
+    projector.held.keep({("ro-1", "at-1"): (1767225600.0, 5)})  # ended at control seq 5, its spans not yet applied
+    projector.positions = {"control": 5, "spans": 3}
+    assert await progress.reach({"control": 5}, timeout=0.1)  # read-your-writes of the control stream alone
+    assert await progress.reach({"control": 4, "spans": 3}, timeout=0.1)  # ended after what it waits for
+    assert not await progress.reach({"control": 5, "spans": 3}, timeout=0.1)  # its training rows are not there yet
+    waiting = asyncio.ensure_future(progress.reach({"control": 5, "spans": 3}, timeout=10))
+    with pytest.raises(TimeoutError):  # it waits ...
+        await asyncio.wait_for(asyncio.shield(waiting), 0.1)
+    projector.held.keep({})  # released (as release_held does), then the follower reports progress
+    progress("spans", 3, 0)
+    assert await waiting  # ... until then
+    projector.close()

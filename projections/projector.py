@@ -89,7 +89,7 @@ class Projector:
         telemetry of others needs no training rows yet."""
         self.held = training.Held()
         """Ended attempts whose training refresh waits for their telemetry (see ``training.Held``)."""
-        missing = set() if defer_training else training.without_rows(self.con, self.blocks, self.ended)
+        missing = set() if defer_training else training.without_rows(self.con, self.blocks)
         if missing:
             log.warning("%s: %d ended attempts have no training rows yet: computing them now", self.path, len(missing))
             training.catch_up(self.con, self.blocks, self.adapter, missing)
@@ -98,7 +98,7 @@ class Projector:
         """The deferred pass: the training rows of every ended attempt that has none; from now on each commit keeps
         them up again. Returns how many it computed; ``progress(done, total)`` after each chunk of them."""
         self.ended = training.ended_attempts(self.con, self.blocks)
-        missing = training.without_rows(self.con, self.blocks, self.ended)
+        missing = training.without_rows(self.con, self.blocks)
         training.catch_up(self.con, self.blocks, self.adapter, missing, progress)
         self.defer_training = False
         return len(missing)

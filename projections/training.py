@@ -86,10 +86,10 @@ def refresh(
     return ended
 
 
-def without_rows(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], ended: Collection[Key]) -> set[Key]:
-    """The ``ended`` attempts that have no training rows: their refresh never ran (a replay stopped before its
+def without_rows(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block]) -> set[Key]:
+    """The ended attempts that have no training rows: their refresh never ran (a replay stopped before its
     training pass, or a projector stopped while it held them)."""
-    return set(ended) - set(con.execute(blocks["training_with_rows"].sql).fetchall())
+    return set(con.execute(blocks["training_missing"].sql, {"active": sorted(ACTIVE_ATTEMPT)}).fetchall())
 
 
 def catch_up(

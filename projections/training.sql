@@ -118,10 +118,12 @@ INNER JOIN rollouts AS r ON r.rollout_id = a.rollout_id
 WHERE NOT list_contains($active, a.status)
 ORDER BY a.rollout_id, a.attempt_id;
 
--- name: training_with_rows
--- The attempts that have training rows (every ended attempt has one once its refresh ran: the others are computed
--- when the projector opens the file).
-SELECT rollout_id, attempt_id FROM training_attempts;
+-- name: training_missing
+-- The attempts no longer in progress that have no training rows (every ended attempt has one once its refresh ran:
+-- the others are computed when the projector opens the file).
+SELECT a.rollout_id, a.attempt_id FROM attempts AS a
+ANTI JOIN training_attempts AS t ON t.rollout_id = a.rollout_id AND t.attempt_id = a.attempt_id
+WHERE NOT list_contains($active, a.status);
 
 -- name: ended_attempts
 -- Every attempt no longer in progress (the projector keeps them in memory: late telemetry of one is retrained).

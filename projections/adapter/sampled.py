@@ -69,7 +69,6 @@ class _Body(msgspec.Struct):
 
 
 _body_decoder = msgspec.json.Decoder(_Body)
-_BODY_KEYS = tuple(msgspec.structs.fields(_Body))
 
 
 def _body(text: Any) -> dict[str, Any]:
@@ -87,8 +86,8 @@ def _body(text: Any) -> dict[str, Any]:
             body = json.loads(text)
         except json.JSONDecodeError:
             return {}
-        return {f.name: body[f.name] for f in _BODY_KEYS if f.name in body} if isinstance(body, dict) else {}
-    return {f.name: v for f in _BODY_KEYS if (v := getattr(found, f.name)) is not msgspec.UNSET}
+        return {k: body[k] for k in _Body.__struct_fields__ if k in body} if isinstance(body, dict) else {}
+    return {k: v for k in _Body.__struct_fields__ if (v := getattr(found, k)) is not msgspec.UNSET}
 
 
 def _version(body: dict[str, Any]) -> str | None:

@@ -9,12 +9,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from tests.benchmarks.bench_projector import read_all
 from voltbus.projections import training
 from voltbus.projections.adapter import AdapterOutput, AdapterSettings, AttemptInput, settings_id
 from voltbus.projections.follow import ends_at, project
-from voltbus.projections.lean import projector_feed
 from voltbus.projections.projector import Projector
-from voltbus.services.eventlog import BadEvent, Envelope, Passed
+from voltbus.services.eventlog import Envelope
 from voltbus.services.projector import client
 from voltbus.services.projector.app import Progress
 from voltbus.services.settings import Settings
@@ -88,24 +88,23 @@ async def written(store: Store, tmp_path: Path) -> dict[str, list[tuple[object, 
         return dump(con)
 
 
-def counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The attempt ids the adapter is called for, from now on."""
-    adapted: list[str] = []
+@pytest.fixture
+def adapted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The attempt ids the adapter is called for during the test (``clear`` it to count from a point on)."""
+    calls: list[str] = []
     real_adapt = training.adapt
 
     def counting(attempt: AttemptInput, settings: AdapterSettings) -> AdapterOutput:
-        adapted.append(attempt.attempt_id)
+        calls.append(attempt.attempt_id)
         return real_adapt(attempt, settings)
 
     monkeypatch.setattr(training, "adapt", counting)
-    return adapted
+    return calls
 
 
-async def test_a_replay_trains_once_at_the_end_and_equals_live(
-    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_replay_adapts_once_and_equals_live(store: Store, tmp_path: Path, adapted: list[str]) -> None:
     live_tables = await written(store, tmp_path)
-    adapted = counted(monkeypatch)
+    adapted.clear()  # count from here: the replay only
     said: list[str] = []
     await client.rebuild(Settings(nats=store.log.settings), tmp_path / "replay.duckdb", said.append)
     assert sorted(adapted) == sorted(set(adapted)) and len(adapted) == 8  # each ended attempt once
@@ -123,7 +122,7 @@ async def test_a_training_pass_cut_off_is_finished_when_the_database_is_opened(s
     def stop_after_first_chunk(done: int, total: int) -> None:
         raise KeyboardInterrupt  # the process is stopped between two chunks
 
-    missing = training.without_rows(cut.con, cut.blocks, training.ended_attempts(cut.con, cut.blocks))
+    missing = training.without_rows(cut.con, cut.blocks)
     assert len(missing) == 8
     with pytest.raises(KeyboardInterrupt):
         training.catch_up(cut.con, cut.blocks, cut.adapter, missing, stop_after_first_chunk, chunk=3)
@@ -134,24 +133,16 @@ async def test_a_training_pass_cut_off_is_finished_when_the_database_is_opened(s
     reopened.close()
 
 
-async def stored(store: Store, stream: str) -> list[Envelope | BadEvent]:
+async def stored(store: Store, stream: str) -> list[Envelope]:
     """Every message of ``stream``, as the projector's feed reads it."""
-    end = (await ends_at(store.log))[stream]
-    feed = await projector_feed(store.log, stream).open(1)
-    items: list[Envelope | BadEvent] = []
-    try:
-        while len(items) < end:
-            items += [i for i in await feed.batch(1000, 1.0, to_seq=end) if not isinstance(i, Passed)]
-    finally:
-        await feed.close()
-    return items
+    return await read_all(store.log, stream, (await ends_at(store.log))[stream])
 
 
 async def test_an_attempt_ended_before_its_spans_are_applied_is_adapted_once(
-    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: Store, tmp_path: Path, adapted: list[str]
 ) -> None:
     expected = await written(store, tmp_path)
-    adapted = counted(monkeypatch)
+    adapted.clear()  # count from here: this projector only
     projector = Projector(tmp_path / "live.duckdb")
     projector.apply("control", await stored(store, "control"))  # the ends first, as when the spans reader lags
     assert adapted == [] and len(projector.held.ends) == 8

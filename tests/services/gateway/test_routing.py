@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -111,7 +110,11 @@ async def test_a_503_is_retried_on_the_other_engine(
         assert (await chat(http, rid, aid, "while-down")).status_code == 200
         assert pair.served_by("while-down") == {other}  # a down engine is skipped, not tried first
         pair.controls[home].fail_status = None
-        await asyncio.sleep(0.6)  # the cool-down ends: the rollout goes home again
+
+        async def home_up() -> bool:
+            return (await http.get("/healthz")).json()["engines"][home]["state"] == "up"
+
+        await wait_for(home_up, 5, "the cool-down to end", every=0.05)  # then the rollout goes home again
         assert (await chat(http, rid, aid, "back")).status_code == 200
         assert pair.served_by("back") == {home}
     first, failover, while_down, back = await model_calls(eventlog, 4)

@@ -36,7 +36,9 @@ _KINDS = bytes(
 )
 """A ``bytes.translate`` table for float lists: a digit to ``0``, an exponent to ``e``, anything else a float
 list may hold to ``.``, the rest to ``x``."""
-_BIG_EXPONENT = re.compile(rb"[eE][+-]?0*[1-9]\d\d")
+_LONG_EXPONENT = re.compile(rb"e\.?000")
+"""An exponent of three digits or more in a float list's ``_KINDS`` (its sign reads ``.``). Searched in those
+rather than in the text, where a pattern that starts with ``[eE]`` took 13 µs for 128 logprobs with exponents."""
 _LONG_DIGITS = b"0" * 100
 """A run of digits this long: below it and below exponent 100, a float is within 1e-198..1e198, no
 overflow, no underflow, read alike by msgspec and DuckDB (a longer run goes to the strict codec)."""
@@ -83,8 +85,8 @@ def plain_numbers(raw: bytes, floats: bool) -> bool:
 
     This only rules out what DuckDB's ``from_json_strict`` would take but msgspec refuses (strings of
     digits, true/false/null, fractions for integers, a trailing comma, a float out of range: an exponent
-    of 100 or more, or 100 digits in a row); DuckDB refuses nesting, and msgspec has already checked that
-    the text is valid JSON.
+    of three digits or more, which is 100 or more unless it has leading zeros, or 100 digits in a row);
+    DuckDB refuses nesting, and msgspec has already checked that the text is valid JSON.
 
     >>> plain_numbers(b"[1,-2, 3]", False), plain_numbers(b"[1.5]", False), plain_numbers(b"[-1.5e-05,2]", True)
     (True, False, True)
@@ -94,12 +96,14 @@ def plain_numbers(raw: bytes, floats: bool) -> bool:
     (False, False, False)
     >>> plain_numbers(b"[1" + b"0" * 98 + b"e99]", True), plain_numbers(b"[1" + b"0" * 99 + b"]", True)
     (True, False)
+    >>> plain_numbers(b"[-1.2e-05,3E+99]", True), plain_numbers(b"[1e-100]", True), plain_numbers(b"[1E+005]", True)
+    (True, False, False)
     """
     if floats:
         kinds = raw.translate(_KINDS)
         if b"x" in kinds or _LONG_DIGITS in kinds:
             return False
-        if b"e" in kinds and _BIG_EXPONENT.search(raw):
+        if b"e" in kinds and _LONG_EXPONENT.search(kinds):
             return False
     elif raw.translate(None, _INT_CHARS):
         return False

@@ -93,6 +93,8 @@ def test_a_batch_read_lean_gives_the_strict_rows_and_refusals() -> None:
         {"logprobs": "[1%se99]" % ("0" * 250)},
         {"logprobs": "[-1%s.5]" % ("0" * 307)},  # in range: taken strictly
         {"logprobs": "[-0.%s1]" % ("0" * 120)},
+        {"logprobs": "[-1e-300]"},  # an exponent of three digits, in range: taken strictly
+        {"logprobs": "[-1.5e-005,2E+099]"},  # leading zeros: taken strictly too
     ],
 )
 def test_lean_refuses_what_the_codec_refuses(lists: dict[str, str]) -> None:
@@ -102,6 +104,11 @@ def test_lean_refuses_what_the_codec_refuses(lists: dict[str, str]) -> None:
         assert fast == strict
     else:  # the same event, its lists kept as text when they are plainly numbers
         assert (lean.strict(fast) if lean.is_lean(fast) else fast) == strict
+
+
+def test_logprobs_with_short_exponents_are_read_lean() -> None:
+    fast = lean.decode_spans(call_with(logprobs="[-5.3e-7,-1.329,-8.9e-05,-2E+1,-0.018]"))
+    assert lean.is_lean(fast) and lean.strict(fast) == codec.decode_spans(fast.stored)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("text", ["[[1],2]", "[1,[2,3]]", "[[]]"])

@@ -27,7 +27,7 @@ from .rows import Row
 
 log = logging.getLogger(__name__)
 
-PROJECTION_VERSION = 6
+PROJECTION_VERSION = 7
 """Bump when tables or row mapping change: an older database is then rebuilt from the log."""
 STREAMS = ("control", "spans")
 

@@ -30,6 +30,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     last_seq BIGINT NOT NULL,
     PRIMARY KEY (rollout_id, attempt_id)
 );
+-- Attempts found by id alone (a training refresh looks up the few that ended among all of them).
+CREATE INDEX IF NOT EXISTS attempts_by_attempt ON attempts (attempt_id);
 CREATE TABLE IF NOT EXISTS rollout_states (
     rollout_id VARCHAR PRIMARY KEY,
     state BLOB NOT NULL

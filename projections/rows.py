@@ -54,7 +54,8 @@ ARROW: dict[str, pa.Schema] = {
         + [("seq_index", _I32)]
     ),
     "activity_rows": pa.schema(
-        [("rollout_id", _TEXT), ("attempt_id", _TEXT), ("last_seen", _F64), ("events", _I64), ("last_seq", _I64)]
+        [("rollout_id", _TEXT), ("attempt_id", _TEXT), ("last_seen", _F64), ("events", _I64), ("first_seq", _I64)]
+        + [("last_seq", _I64)]
     ),
     "rollout_rows": pa.schema(
         [(c, _TEXT) for c in ("rollout_id", "status", "mode", "resources_id", "input", "config", "metadata")]
@@ -199,6 +200,7 @@ def count_activity(activity: dict[tuple[str, str], Row], key: tuple[str, str], e
         "attempt_id": key[1],
         "last_seen": max(seen["last_seen"], env.time) if seen else env.time,
         "events": seen["events"] + 1 if seen else 1,
+        "first_seq": seen["first_seq"] if seen else env.seq,
         "last_seq": env.seq,
     }
 

@@ -66,9 +66,13 @@ CREATE TABLE IF NOT EXISTS attempt_activity (
     attempt_id VARCHAR NOT NULL,
     last_seen DOUBLE NOT NULL,
     events BIGINT NOT NULL,
+    first_seq BIGINT NOT NULL,
     last_seq BIGINT NOT NULL,
     PRIMARY KEY (rollout_id, attempt_id)
 );
+-- An attempt's rows found by its id alone: a training refresh looks up a few attempts among all (the two-column key
+-- is not used for lookups; a join on it reads the whole table at every commit).
+CREATE INDEX IF NOT EXISTS attempt_activity_by_attempt ON attempt_activity (attempt_id);
 
 -- name: SpanRecorded
 -- Append one row per recorded span.
@@ -92,4 +96,5 @@ INSERT INTO attempt_activity BY NAME SELECT * FROM batch
 ON CONFLICT (rollout_id, attempt_id) DO UPDATE SET
     last_seen = greatest(attempt_activity.last_seen, excluded.last_seen),
     events = attempt_activity.events + excluded.events,
+    first_seq = least(attempt_activity.first_seq, excluded.first_seq),
     last_seq = greatest(attempt_activity.last_seq, excluded.last_seq);

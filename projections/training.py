@@ -100,9 +100,9 @@ def catch_up(
     progress: Callable[[int, int], None] | None = None,
     chunk: int = CATCH_UP_CHUNK,
 ) -> None:
-    """The training rows of ended attempts that have none (``keys``), ``chunk`` attempts per transaction;
-    ``progress(done, total)`` after each chunk."""
-    ordered = sorted(keys)
+    """The training rows of ended attempts that have none (``keys``), ``chunk`` attempts per transaction in the
+    order their telemetry was stored; ``progress(done, total)`` after each chunk."""
+    ordered: list[Key] = con.execute(blocks["training_order"].sql, _key_lists(keys)).fetchall()  # type: ignore[assignment]
     for start in range(0, len(ordered), chunk):
         part = ordered[start : start + chunk]
         con.begin()
@@ -155,8 +155,16 @@ def ended_attempts(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block]) -> 
 
 
 def _ended(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], keys: list[Key]) -> list[dict[str, Any]]:
-    """The attempts of ``keys`` no longer in progress, with their rollout's mode, input and metadata."""
-    return _query(con, blocks["training_done"], {**_key_lists(keys), "active": sorted(ACTIVE_ATTEMPT)})
+    """The attempts of ``keys`` no longer in progress, with their rollout's mode, input and metadata, in key order
+    (two lookups by index, joined here)."""
+    wanted = set(keys)
+    rows = con.execute(blocks["training_done"].sql, {"attempt_ids": [a for _, a in keys]}).fetchall()
+    done = sorted((r, a) for r, a, status in rows if (r, a) in wanted and status not in ACTIVE_ATTEMPT)
+    if not done:
+        return []
+    found = _query(con, blocks["training_rollouts"], {"rollout_ids": sorted({r for r, _ in done})})
+    rollouts = {row["rollout_id"]: row for row in found}
+    return [{**rollouts[r], "attempt_id": a} for r, a in done if r in rollouts]
 
 
 def _key_lists(keys: Iterable[Key]) -> dict[str, list[str]]:
@@ -195,7 +203,8 @@ def _row(struct: msgspec.Struct) -> dict[str, Any]:
 
 
 def _inputs(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], done: list[dict[str, Any]]) -> list[AttemptInput]:
-    keys = _key_lists((d["rollout_id"], d["attempt_id"]) for d in done)
+    keys: dict[str, Any] = _key_lists((d["rollout_id"], d["attempt_id"]) for d in done)
+    (keys["from_seq"],) = con.execute(blocks["training_from_seq"].sql, {"attempt_ids": keys["attempt_ids"]}).fetchone()  # type: ignore[misc]
     found: dict[str, dict[Key, list[Any]]] = {n: defaultdict(list) for n in ("spans", "calls", "rewards")}
     for row in _query(con, blocks["training_spans"], keys):
         row["attributes"] = _json.decode(row["attributes"] or "{}")

@@ -109,14 +109,21 @@ DELETE FROM training_attempts USING (SELECT unnest($rollout_ids) AS rollout_id, 
 WHERE training_attempts.rollout_id = b.rollout_id AND training_attempts.attempt_id = b.attempt_id;
 
 -- name: training_done
--- The attempts of the keys ($rollout_ids, $attempt_ids) no longer in progress, with what their rollout row says of
--- mode, input and metadata.
-SELECT a.rollout_id, a.attempt_id, r.mode, r.input, r.metadata
-FROM (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
-INNER JOIN attempts AS a ON a.rollout_id = b.rollout_id AND a.attempt_id = b.attempt_id
-INNER JOIN rollouts AS r ON r.rollout_id = a.rollout_id
-WHERE NOT list_contains($active, a.status)
-ORDER BY a.rollout_id, a.attempt_id;
+-- The attempts of $attempt_ids with their rollout and status (training.py keeps the keys asked for that have ended).
+-- Found by the one-column index on attempt_id: a join with the keys on both columns, or with rollouts, reads every
+-- attempt at every commit (BENCHMARKS.md, issue 4).
+SELECT rollout_id, attempt_id, status FROM attempts WHERE attempt_id IN (SELECT unnest($attempt_ids));
+
+-- name: training_rollouts
+-- Mode, input and metadata of the rollouts $rollout_ids (by their key's index), for the attempts training_done found.
+SELECT rollout_id, mode, input, metadata FROM rollouts WHERE rollout_id IN (SELECT unnest($rollout_ids));
+
+-- name: training_from_seq
+-- The lowest spans-stream sequence of any telemetry of the keys' attempts (none: the largest BIGINT). The telemetry
+-- queries below read only the rows from there on, which DuckDB finds by the seq column's zone maps: without it each
+-- read the key columns of every stored span, model call and reward at every commit.
+SELECT coalesce(min(first_seq), 9223372036854775807) FROM attempt_activity
+WHERE attempt_id IN (SELECT unnest($attempt_ids));
 
 -- name: training_missing
 -- The attempts no longer in progress that have no training rows (every ended attempt has one once its refresh ran:
@@ -125,19 +132,29 @@ SELECT a.rollout_id, a.attempt_id FROM attempts AS a
 ANTI JOIN training_attempts AS t ON t.rollout_id = a.rollout_id AND t.attempt_id = a.attempt_id
 WHERE NOT list_contains($active, a.status);
 
+-- name: training_order
+-- The keys ($rollout_ids, $attempt_ids) in the order their telemetry was stored (by first_seq; those without any
+-- first): a pass over many attempts in chunks then reads each chunk's stretch of the telemetry tables, not all of it.
+SELECT b.rollout_id, b.attempt_id
+FROM (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
+LEFT JOIN attempt_activity AS x ON x.rollout_id = b.rollout_id AND x.attempt_id = b.attempt_id
+ORDER BY x.first_seq NULLS FIRST, b.rollout_id, b.attempt_id;
+
 -- name: ended_attempts
 -- Every attempt no longer in progress (the projector keeps them in memory: late telemetry of one is retrained).
 SELECT rollout_id, attempt_id FROM attempts WHERE NOT list_contains($active, status);
 
 -- name: training_spans
--- The stored spans of the attempts of the keys, as the adapter reads them. The rows are found on the two key
--- columns first, then fetched by rowid: a join would read (and decompress) every row's attributes.
+-- The stored spans of the attempts of the keys from $from_seq on (training_from_seq), as the adapter reads them.
+-- The rows are found on the two key columns first, then fetched by rowid: a join would read (and decompress) every
+-- row's attributes.
 SELECT s.rollout_id, s.attempt_id, s.seq, s.seq_index, s.sequence_id, s.span_id, s.parent_id, s.name, s.attributes, s.status_code
 FROM spans AS s
-WHERE s.rowid IN (
+WHERE s.seq >= $from_seq AND s.rowid IN (
     SELECT k.rowid FROM spans AS k
     SEMI JOIN (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
         ON k.rollout_id = b.rollout_id AND k.attempt_id = b.attempt_id
+    WHERE k.seq >= $from_seq
 );
 
 -- name: training_calls
@@ -146,20 +163,22 @@ SELECT
     c.rollout_id, c.attempt_id, c.seq, c.seq_index, c.call_id, c.resources_id, c.model, c.response,
     c.prompt_ids, c.response_ids, c.logprobs, c.status
 FROM model_calls AS c
-WHERE c.rowid IN (
+WHERE c.seq >= $from_seq AND c.rowid IN (
     SELECT k.rowid FROM model_calls AS k
     SEMI JOIN (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
         ON k.rollout_id = b.rollout_id AND k.attempt_id = b.attempt_id
+    WHERE k.seq >= $from_seq
 );
 
 -- name: training_rewards
 -- The stored reward events of the attempts of the keys (found by key, then fetched by rowid).
 SELECT r.rollout_id, r.attempt_id, r.seq, r.seq_index, r.event_id, r.value, r.dimensions, r.primary_key, r.call_id
 FROM rewards AS r
-WHERE r.rowid IN (
+WHERE r.seq >= $from_seq AND r.rowid IN (
     SELECT k.rowid FROM rewards AS k
     SEMI JOIN (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
         ON k.rollout_id = b.rollout_id AND k.attempt_id = b.attempt_id
+    WHERE k.seq >= $from_seq
 );
 
 -- name: triplet_rows

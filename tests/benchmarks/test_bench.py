@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks import bench_control, bench_eventlog, bench_gateway, bench_parser, bench_projector, bench_runner
+from tests.benchmarks import (
+    bench_control,
+    bench_eventlog,
+    bench_gateway,
+    bench_parser,
+    bench_projector,
+    bench_refresh,
+    bench_runner,
+)
 
 pytestmark = pytest.mark.bench
 
@@ -35,6 +43,12 @@ async def test_bench_parser() -> None:
     """The feed's parser next to nats-py's on the same reads (every message counted by both)."""
     (figure,) = await bench_parser.run(messages=2000, reps=2)
     assert figure.events == 2000 and figure.rate > 0 and figure.raw_rate > 0
+
+
+def test_bench_refresh() -> None:
+    """A training refresh in a bigger projection next to a smaller one (every attempt's telemetry found by both)."""
+    (figure,) = bench_refresh.run(attempts=5000, small=1000, reps=2)
+    assert figure.rate > 0 and figure.raw_rate > 0
 
 
 @pytest.mark.timeout(600)

@@ -11,8 +11,9 @@ from voltbus.schemas.rollouts import RolloutEvent
 DERIVED = {"rollout_rows", "attempt_rows", "state_rows", "activity_rows", "quarantine", "gaps", "checkpoint"}
 DERIVED |= {"first_checkpoint"}
 DERIVED |= {"training_clear_triplets", "training_clear_trajectories", "training_clear_attempts"}
-DERIVED |= {"training_done", "training_spans", "training_calls", "training_rewards"}
-DERIVED |= {"training_settings", "ended_attempts", "training_missing"}
+DERIVED |= {"training_done", "training_rollouts", "training_from_seq"}
+DERIVED |= {"training_spans", "training_calls", "training_rewards"}
+DERIVED |= {"training_settings", "ended_attempts", "training_missing", "training_order"}
 DERIVED |= {"triplet_rows", "trajectory_rows", "training_attempt_rows"}  # the adapter's output (training.py)
 DERIVED |= {"divergence", "rewind_spans"}  # the log no longer holds what was applied (rewind.py)
 """Blocks fed by rows the projector derives (folded state, activity, bookkeeping), not by one event type."""

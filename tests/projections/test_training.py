@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 
 import duckdb
+import msgspec
 import pytest
 
 from tests.benchmarks.bench_projector import read_all
@@ -79,6 +80,32 @@ async def test_reprojection_with_another_policy_changes_rewards_not_tokens(store
         assert {r[4] for r in second} == {settings_id(other)}
         assert b.execute("SELECT count(*) FROM trajectories").fetchone() == (18,)  # one row per call
         assert b.execute("SELECT settings_id FROM training_meta").fetchall() == [(settings_id(other),)]
+
+
+async def test_telemetry_read_from_first_seq_on_is_all_of_it(store: Store, tmp_path: Path) -> None:
+    """A refresh reads the telemetry tables from its attempts' lowest ``first_seq`` on; reading them whole (the bound
+    taken away) gives the same training rows, and ``first_seq`` is at or below every telemetry row of its attempt."""
+    await write(store, 12)
+    tables = []
+    for name, bounded in (("bounded", True), ("whole", False)):
+        projector = Projector(tmp_path / f"{name}.duckdb")
+        if not bounded:
+            projector.blocks["training_from_seq"] = msgspec.structs.replace(
+                projector.blocks["training_from_seq"], sql="SELECT 0 + 0 * len($attempt_ids)"
+            )
+        await project(projector, store.log, ends=await ends_at(store.log), batch_size=5)  # an attempt over batches
+        tables.append(dump(projector.con))
+        if bounded:
+            low = """SELECT x.first_seq, min(t.seq) FROM attempt_activity AS x JOIN (
+                SELECT rollout_id, attempt_id, seq FROM spans
+                UNION ALL SELECT rollout_id, attempt_id, seq FROM model_calls
+                UNION ALL SELECT rollout_id, attempt_id, seq FROM rewards
+            ) AS t USING (rollout_id, attempt_id) GROUP BY ALL"""
+            pairs = projector.con.execute(low).fetchall()
+            assert len(pairs) == 12 and all(first <= seq for first, seq in pairs)
+            assert any(first == seq for first, seq in pairs)
+        projector.close()
+    assert tables[0] == tables[1] and len(tables[0]["training_attempts"]) == 12
 
 
 async def written(store: Store, tmp_path: Path) -> dict[str, list[tuple[object, ...]]]:

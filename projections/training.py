@@ -74,8 +74,7 @@ def refresh(
     ended = {(d["rollout_id"], d["attempt_id"]) for d in done}
     gone = sorted(set(cleared) | {k for k in ended if k in stored})
     if gone:
-        for table in ("triplets", "trajectories", "attempts"):
-            con.execute(blocks[f"training_clear_{table}"].sql, _key_lists(gone))
+        _clear(con, blocks, gone)
     if not done:
         return ended
     inputs = _inputs(con, blocks, done)
@@ -84,6 +83,17 @@ def refresh(
     _insert(con, blocks["trajectory_rows"], "trajectories", [_row(t) for o in outputs for t in o.trajectories])
     _insert(con, blocks["training_attempt_rows"], "training_attempts", [_row(o.summary) for o in outputs])
     return ended
+
+
+def _clear(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], keys: list[Key]) -> None:
+    """Take away the training rows of ``keys``: each table's rows of their attempt ids found by index, those of the
+    keys themselves deleted by row id."""
+    wanted, attempt_ids = set(keys), sorted({a for _, a in keys})
+    for table in ("triplets", "trajectories", "attempts"):
+        found = con.execute(blocks[f"training_found_{table}"].sql, {"attempt_ids": attempt_ids}).fetchall()
+        rowids = [rowid for rowid, r, a in found if (r, a) in wanted]
+        if rowids:
+            con.execute(blocks[f"training_clear_{table}"].sql, {"rowids": rowids})
 
 
 def without_rows(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block]) -> set[Key]:

@@ -86,27 +86,40 @@ CREATE TABLE IF NOT EXISTS training_attempts (
     settings_id VARCHAR NOT NULL,
     adapter_version INTEGER NOT NULL
 );
+-- Each table's rows of an attempt found by its id (a refresh of an attempt first takes its old rows away).
+CREATE INDEX IF NOT EXISTS triplets_by_attempt ON triplets (attempt_id);
+CREATE INDEX IF NOT EXISTS trajectories_by_attempt ON trajectories (attempt_id);
+CREATE INDEX IF NOT EXISTS training_attempts_by_attempt ON training_attempts (attempt_id);
 CREATE TABLE IF NOT EXISTS training_meta (
     settings_id VARCHAR PRIMARY KEY,
     adapter_version INTEGER NOT NULL,
     settings JSON NOT NULL
 );
 
+-- name: training_found_triplets
+-- The rows of triplets of the attempts $attempt_ids, with their row ids (found by the one-column index on attempt_id:
+-- a delete joined with the keys on both columns read the whole table; training.py keeps the keys' rows).
+SELECT rowid, rollout_id, attempt_id FROM triplets WHERE attempt_id IN (SELECT unnest($attempt_ids));
+
 -- name: training_clear_triplets
--- Forget the triplets of the attempts about to be recomputed (the keys as two aligned lists, $rollout_ids and
--- $attempt_ids: list parameters cost DuckDB less than a registered table).
-DELETE FROM triplets USING (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
-WHERE triplets.rollout_id = b.rollout_id AND triplets.attempt_id = b.attempt_id;
+-- Forget the triplets of the attempts about to be recomputed (the row ids training_found_triplets gave).
+DELETE FROM triplets WHERE rowid = ANY($rowids);
+
+-- name: training_found_trajectories
+-- The rows of trajectories of the attempts $attempt_ids, with their row ids.
+SELECT rowid, rollout_id, attempt_id FROM trajectories WHERE attempt_id IN (SELECT unnest($attempt_ids));
 
 -- name: training_clear_trajectories
--- Forget the trajectory rows of the attempts about to be recomputed.
-DELETE FROM trajectories USING (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
-WHERE trajectories.rollout_id = b.rollout_id AND trajectories.attempt_id = b.attempt_id;
+-- Forget the trajectory rows of the attempts about to be recomputed (the row ids training_found_trajectories gave).
+DELETE FROM trajectories WHERE rowid = ANY($rowids);
+
+-- name: training_found_attempts
+-- The rows of training_attempts of the attempts $attempt_ids, with their row ids.
+SELECT rowid, rollout_id, attempt_id FROM training_attempts WHERE attempt_id IN (SELECT unnest($attempt_ids));
 
 -- name: training_clear_attempts
--- Forget the per-attempt counts of the attempts about to be recomputed.
-DELETE FROM training_attempts USING (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt_id) AS b
-WHERE training_attempts.rollout_id = b.rollout_id AND training_attempts.attempt_id = b.attempt_id;
+-- Forget the per-attempt counts of the attempts about to be recomputed (the row ids training_found_attempts gave).
+DELETE FROM training_attempts WHERE rowid = ANY($rowids);
 
 -- name: training_done
 -- The attempts of $attempt_ids with their rollout and status (training.py keeps the keys asked for that have ended).

@@ -3,10 +3,11 @@
     python -m tests.benchmarks.bench_refresh [--attempts N] [--small N] [--reps N]
 
 Each side is a projection database (the projection's own schema) holding ended attempts with 15 spans and one
-reward each, made by SQL, and the projector's ``training.refresh`` of 10 of its latest attempts in a transaction,
-as a commit that ends them runs it (process CPU, median). Raw = the same refresh in a database of ``--small``
-attempts; the ratio is 100% when the refresh costs as much late in a run as early. No bus: the database is the
-part that grows.
+reward each, and training rows for all but the latest, made by SQL. Timed (process CPU, median): the projector's
+``training.refresh`` of 10 of its latest attempts in a transaction, as the commit that ends them runs it, and then
+of the same 10 again, as late telemetry makes it (their old rows are taken away first). Raw = the same in a
+database of ``--small`` attempts; the ratio is 100% when a refresh costs as much late in a run as early. No bus:
+the database is the part that grows.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from voltbus.projections.adapter import AdapterSettings
 
 SPANS = 15
 KEYS = 10
+MAX_REPS = 50
+"""Most refreshes per side (the latest ``MAX_REPS * KEYS`` attempts have no training rows yet)."""
 
 
 def _id(prefix: str, i: int) -> str:
@@ -65,14 +68,27 @@ def filled(path: Path, attempts: int) -> duckdb.DuckDBPyConnection:
         f"SELECT i * {SPANS} + {SPANS}, 'rw-' || i, 'ro-' || {ids}, 'at-' || {ids}, 1.0, 0 FROM range(?) t(i)",
         [attempts],
     )
+    older = f"range({attempts - MAX_REPS * KEYS}) t(i)"  # training rows of all but the attempts a run refreshes
+    of_call, calls = "substr(md5((i // 3)::VARCHAR), 1, 12)", (attempts - MAX_REPS * KEYS) * 3
+    con.execute(
+        "INSERT INTO triplets (rollout_id, attempt_id, call_index, call_id, choice_index, settings_id, "
+        f"adapter_version, prompt_ids, response_ids) SELECT 'ro-' || {of_call}, 'at-' || {of_call}, i % 3, "
+        f"'c' || i, 0, 's', 1, range(200)::INTEGER[], range(100)::INTEGER[] FROM range({calls}) t(i)"
+    )
+    for name, extra in (("trajectories", ", row_index"), ("training_attempts", "")):
+        con.execute(
+            f"INSERT INTO {name} (rollout_id, attempt_id{extra}, settings_id, adapter_version) "
+            f"SELECT 'ro-' || {ids}, 'at-' || {ids}{', 0' if extra else ''}, 's', 1 FROM {older}"
+        )
     con.execute("CHECKPOINT")
     return con
 
 
-def refreshes(con: duckdb.DuckDBPyConnection, attempts: int, reps: int) -> list[Run]:
-    """``reps`` refreshes of ``KEYS`` attempts each (the latest ones not yet refreshed), one transaction each."""
+def refreshes(con: duckdb.DuckDBPyConnection, attempts: int, reps: int) -> tuple[list[Run], list[Run]]:
+    """``reps`` refreshes of ``KEYS`` attempts each (the latest ones not yet refreshed), one transaction each, and
+    then of each the same again (late telemetry: their rows are taken away first)."""
     named = blocks.load()[1]
-    runs = []
+    runs, again = [], []
     for rep in range(reps):
         keys = [
             (_id("ro", i), _id("at", i)) for i in range(attempts - 1 - rep * KEYS, attempts - 1 - (rep + 1) * KEYS, -1)
@@ -83,19 +99,31 @@ def refreshes(con: duckdb.DuckDBPyConnection, attempts: int, reps: int) -> list[
         runs.append(Run(1, time.process_time() - start))
         con.commit()
         assert len(ended) == KEYS, ended
-    rows = con.execute("SELECT count(*), sum(spans), sum(rewards) FROM training_attempts").fetchone()
-    assert rows == (reps * KEYS, reps * KEYS * SPANS, reps * KEYS), rows  # every attempt's telemetry found
-    return runs
+        con.begin()
+        start = time.process_time()
+        training.refresh(con, named, [], keys, AdapterSettings(), set(keys))
+        again.append(Run(1, time.process_time() - start))
+        con.commit()
+    rows = con.execute(
+        "SELECT count(*), sum(spans), sum(rewards) FROM training_attempts WHERE spans IS NOT NULL"
+    ).fetchone()
+    assert rows == (reps * KEYS, reps * KEYS * SPANS, reps * KEYS), rows  # every attempt's telemetry found, once
+    return runs, again
 
 
 def run(attempts: int = 400_000, small: int = 10_000, reps: int = 7) -> list[Figure]:
+    assert reps <= MAX_REPS and small > MAX_REPS * KEYS, (reps, small)
     with tempfile.TemporaryDirectory() as tmp:
         sides = {}
         for n in (small, attempts):
             with filled(Path(tmp) / f"{n}.duckdb", n) as con:
                 sides[n] = refreshes(con, n, reps)
     note = f"{KEYS} ended attempts refreshed, {attempts:,} stored ({attempts * SPANS:,} spans) vs {small:,}"
-    return [summarize("refresh_late", sides[attempts], sides[small], note)]
+    late, early = sides[attempts], sides[small]
+    return [
+        summarize("refresh_late", late[0], early[0], note),
+        summarize("refresh_again_late", late[1], early[1], f"the same {KEYS} again, their old rows taken away first"),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

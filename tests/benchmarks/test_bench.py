@@ -47,8 +47,9 @@ async def test_bench_parser() -> None:
 
 def test_bench_refresh() -> None:
     """A training refresh in a bigger projection next to a smaller one (every attempt's telemetry found by both)."""
-    (figure,) = bench_refresh.run(attempts=5000, small=1000, reps=2)
-    assert figure.rate > 0 and figure.raw_rate > 0
+    figures = bench_refresh.run(attempts=5000, small=1000, reps=2)
+    assert [f.case for f in figures] == ["refresh_late", "refresh_again_late"]
+    assert all(f.rate > 0 and f.raw_rate > 0 for f in figures)
 
 
 @pytest.mark.timeout(600)

@@ -11,6 +11,7 @@ from voltbus.schemas.rollouts import RolloutEvent
 DERIVED = {"rollout_rows", "attempt_rows", "state_rows", "activity_rows", "quarantine", "gaps", "checkpoint"}
 DERIVED |= {"first_checkpoint"}
 DERIVED |= {"training_clear_triplets", "training_clear_trajectories", "training_clear_attempts"}
+DERIVED |= {"training_found_triplets", "training_found_trajectories", "training_found_attempts"}
 DERIVED |= {"training_done", "training_rollouts", "training_from_seq"}
 DERIVED |= {"training_spans", "training_calls", "training_rewards"}
 DERIVED |= {"training_settings", "ended_attempts", "training_missing", "training_order"}

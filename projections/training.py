@@ -214,7 +214,8 @@ def _row(struct: msgspec.Struct) -> dict[str, Any]:
 
 def _inputs(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], done: list[dict[str, Any]]) -> list[AttemptInput]:
     keys: dict[str, Any] = _key_lists((d["rollout_id"], d["attempt_id"]) for d in done)
-    (keys["from_seq"],) = con.execute(blocks["training_from_seq"].sql, {"attempt_ids": keys["attempt_ids"]}).fetchone()  # type: ignore[misc]
+    bound = con.execute(blocks["training_from_seq"].sql, {"attempt_ids": keys["attempt_ids"]}).fetchone()
+    keys["from_seq"] = bound[0] if bound else 0  # where the keys' telemetry begins: older rows are not read
     found: dict[str, dict[Key, list[Any]]] = {n: defaultdict(list) for n in ("spans", "calls", "rewards")}
     for row in _query(con, blocks["training_spans"], keys):
         row["attributes"] = _json.decode(row["attributes"] or "{}")

@@ -84,21 +84,22 @@ class Projector:
         self.con.execute("INSERT OR IGNORE INTO projection_meta VALUES ('version', ?)", [str(PROJECTION_VERSION)])
         training.record_settings(self.con, self.blocks, self.adapter)
         self._load()
-        self.ended = training.ended_attempts(self.con, self.blocks)
+        self.ended: set[Key] = set()
         """Attempts no longer in progress as committed (kept up by each commit; a rolled-back one changes none):
-        telemetry of others needs no training rows yet."""
+        telemetry of others needs no training rows yet. Read by ``finish_training``; unused while deferred."""
         self.held = training.Held()
         """Ended attempts whose training refresh waits for their telemetry (see ``training.Held``)."""
-        missing = set() if defer_training else training.without_rows(self.con, self.blocks)
-        if missing:
-            log.warning("%s: %d ended attempts have no training rows yet: computing them now", self.path, len(missing))
-            training.catch_up(self.con, self.blocks, self.adapter, missing)
+        if not defer_training:
+            self.finish_training()  # the rows of ended attempts whose refresh never ran, if any
 
     def finish_training(self, progress: Callable[[int, int], None] | None = None) -> int:
-        """The deferred pass: the training rows of every ended attempt that has none; from now on each commit keeps
-        them up again. Returns how many it computed; ``progress(done, total)`` after each chunk of them."""
+        """The training rows of every ended attempt that has none: the deferred pass of a rebuild, or at open those a
+        cut-off replay or a stopped projector left; from now on each commit keeps them up. Returns how many it
+        computed; ``progress(done, total)`` after each chunk of them."""
         self.ended = training.ended_attempts(self.con, self.blocks)
         missing = training.without_rows(self.con, self.blocks)
+        if missing and not self.defer_training:  # not expected: say why the open takes longer
+            log.warning("%s: %d ended attempts have no training rows yet: computing them now", self.path, len(missing))
         training.catch_up(self.con, self.blocks, self.adapter, missing, progress)
         self.defer_training = False
         return len(missing)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -86,6 +87,7 @@ def serve_forks(fd: int) -> None:
     # SIGINT and SIGTERM are ignored from SERVE's first line, and readers inherit that: a stop of the process
     # group reaches the projector, and its sockets' closing ends them
     control = socket.socket(fileno=fd)
+    gc.freeze()  # what the imports made stays out of the readers' collections (and unshared pages untouched)
     while True:
         message, fds, _, _ = socket.recv_fds(control, 16, 1)
         if not message:

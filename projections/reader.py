@@ -198,10 +198,12 @@ class Reader:
 class Readers:
     """The readers of one stream, one per share: cuts asked of all, their shares merged into one batch."""
 
-    def __init__(self, readers: list[Reader], position: int) -> None:
+    def __init__(self, readers: list[Reader], position: int, to_seq: int | None = None) -> None:
         self.readers = readers
         self.asked: collections.deque[int] = collections.deque()
         self.last_asked = position
+        self.to_seq = to_seq
+        """Where the readers stop (None: they follow the stream)."""
 
     @classmethod
     async def start(
@@ -226,7 +228,7 @@ class Readers:
             for started in readers:
                 await started.close()
             raise
-        return cls(readers, position)
+        return cls(readers, position, to_seq)
 
     @property
     def seen(self) -> tuple[int, int]:
@@ -235,9 +237,9 @@ class Readers:
 
     def _ask(self, batch_size: int, full: bool = False) -> None:
         """Ask every reader for the next cuts (``full``: only cuts of a whole batch: ahead of time, a cut
-        would leave out what arrives while the batch before is written)."""
+        would leave out what arrives while the batch before is written; but the last one, once received)."""
         received = min(r.tail for r in self.readers)
-        least = batch_size if full else 1
+        least = batch_size if full and received != self.to_seq else 1
         while len(self.asked) < AHEAD and received - self.last_asked >= least:
             cut = min(received, self.last_asked + batch_size)
             for r in self.readers:

@@ -111,8 +111,8 @@ async def _work(
                 cut, items = asks.popleft(), []
                 while held and held[0].seq <= cut:
                     items.append(held.popleft())
-                try:
-                    batch = await asyncio.to_thread(_batch, preparer, stream, items, cut, seen)
+                try:  # on the loop, not a thread: two threads of one process take turns with the lock, each
+                    batch = _batch(preparer, stream, items, cut, seen)  # waiting (what arrives waits in the socket)
                 except Exception as exc:
                     raise Unprepared(f"{type(exc).__name__}: {exc}", cut) from exc
                 writer.write(frame(batch))

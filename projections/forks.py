@@ -91,6 +91,7 @@ def serve_forks(fd: int) -> None:
     while True:
         message, fds, _, _ = socket.recv_fds(control, 16, 1)
         if not message:
+            gc.unfreeze()  # else at exit DuckDB's bindings report what was frozen as leaked
             return  # the projector is gone
         pid = os.fork()
         if pid == 0:

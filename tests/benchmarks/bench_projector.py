@@ -659,6 +659,7 @@ async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = pr
         figures += await case_lag(b, files, options)
         echo(f"  lag: {time.perf_counter() - t:.1f}s")
     finally:
+        gc.unfreeze()  # else at exit DuckDB's bindings report what was frozen as leaked
         server.stop()
     echo(table(figures))
     echo(breakdown(figures))

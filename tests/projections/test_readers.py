@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,18 @@ async def test_readers_survive_a_server_restart(tmp_path: Path) -> None:
     finally:
         await store.close()
         server.stop()
+
+
+def test_the_fork_server_ends_quietly() -> None:
+    """The fork server freezes its imports out of collection; when its projector goes, it ends without DuckDB's
+    bindings reporting the frozen objects as leaked on stderr."""
+    script = (
+        "import socket\n"
+        "from voltbus.projections import forks\n"
+        "ours, theirs = socket.socketpair()\n"
+        "print(forks.fork(theirs) > 0)\n"
+        "ours.close()\n"
+    )  # at its exit the process closes its end of the fork server's socket, and waits for the fork server to end
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "True"), done.stderr
+    assert "leaked" not in done.stderr, done.stderr

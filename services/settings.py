@@ -155,7 +155,8 @@ class ProjectorSettings(BaseModel):
     the projector's process. On two cores one is fastest (BENCHMARKS.md, issue 4)."""
     control_readers: int = Field(default=0, ge=0, le=16)
     """Reader processes of the control stream (``VOLTBUS_PROJECTOR__CONTROL_READERS``); 0 (the default):
-    in the projector's process, where on two cores its small rows cost less than handing them over."""
+    in the projector's process. On two cores, a live run's small batches cost more to hand over than to prepare
+    here; a replay of a long backlog gains a few points with 1 (BENCHMARKS.md, issue 4)."""
     max_rows: int = 100_000
     """Most rows one SQL query returns over the endpoint (a clear error past it)."""
 

@@ -111,8 +111,10 @@ async def _work(
                 cut, items = asks.popleft(), []
                 while held and held[0].seq <= cut:
                     items.append(held.popleft())
-                try:  # on the loop, not a thread: two threads of one process take turns with the lock, each
-                    batch = _batch(preparer, stream, items, cut, seen)  # waiting (what arrives waits in the socket)
+                # Prepared here on the loop, not in a thread: the two would take turns with the interpreter lock,
+                # each waiting for the other. Meanwhile deliveries wait in the socket.
+                try:
+                    batch = _batch(preparer, stream, items, cut, seen)
                 except Exception as exc:
                     raise Unprepared(f"{type(exc).__name__}: {exc}", cut) from exc
                 writer.write(frame(batch))

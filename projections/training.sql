@@ -99,7 +99,7 @@ CREATE TABLE IF NOT EXISTS training_meta (
 -- name: training_found_triplets
 -- The rows of triplets of the attempts $attempt_ids, with their row ids (found by the one-column index on attempt_id:
 -- a delete joined with the keys on both columns read the whole table; training.py keeps the keys' rows).
-SELECT rowid, rollout_id, attempt_id FROM triplets WHERE attempt_id IN (SELECT unnest($attempt_ids));
+SELECT rollout_id, attempt_id, rowid FROM triplets WHERE attempt_id IN (SELECT unnest($attempt_ids));
 
 -- name: training_clear_triplets
 -- Forget the triplets of the attempts about to be recomputed (the row ids training_found_triplets gave).
@@ -107,7 +107,7 @@ DELETE FROM triplets WHERE rowid = ANY($rowids);
 
 -- name: training_found_trajectories
 -- The rows of trajectories of the attempts $attempt_ids, with their row ids.
-SELECT rowid, rollout_id, attempt_id FROM trajectories WHERE attempt_id IN (SELECT unnest($attempt_ids));
+SELECT rollout_id, attempt_id, rowid FROM trajectories WHERE attempt_id IN (SELECT unnest($attempt_ids));
 
 -- name: training_clear_trajectories
 -- Forget the trajectory rows of the attempts about to be recomputed (the row ids training_found_trajectories gave).
@@ -115,7 +115,7 @@ DELETE FROM trajectories WHERE rowid = ANY($rowids);
 
 -- name: training_found_attempts
 -- The rows of training_attempts of the attempts $attempt_ids, with their row ids.
-SELECT rowid, rollout_id, attempt_id FROM training_attempts WHERE attempt_id IN (SELECT unnest($attempt_ids));
+SELECT rollout_id, attempt_id, rowid FROM training_attempts WHERE attempt_id IN (SELECT unnest($attempt_ids));
 
 -- name: training_clear_attempts
 -- Forget the per-attempt counts of the attempts about to be recomputed (the row ids training_found_attempts gave).

@@ -7,6 +7,7 @@ a user copies are the files tested.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import subprocess
 import threading
@@ -84,14 +85,13 @@ def start_cluster(tmp: Path) -> dict[str, Node]:
 async def retried(connect: Callable[[], Awaitable[T]], timeout: float = 30.0) -> T:
     """Connect and check the streams, again while the cluster elects a JetStream leader (the stream
     API does not answer during an election; a service's restart policy does the same)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
+
+    async def connected() -> T | None:
+        with contextlib.suppress(VoltbusError, nats.errors.Error, TimeoutError):
             return await connect()
-        except (VoltbusError, nats.errors.Error, TimeoutError):
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)  # no condition to wait on: the meta leader is elected inside the servers
+        return None
+
+    return await wait_for(connected, timeout, "the cluster to elect a JetStream leader and answer", every=0.2)
 
 
 async def check_replica_changes(settings: NatsSettings) -> None:

@@ -125,7 +125,7 @@ def test_exception_marks_the_span_error_and_propagates(tracer: RecordingTracer) 
 async def test_async_decorator(tracer: RecordingTracer) -> None:
     @operation(stage="async")
     async def fetch(n: int) -> list[int]:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # a coroutine that yields, as real async work does
         return list(range(n))
 
     assert await fetch(3) == [0, 1, 2]
@@ -136,7 +136,7 @@ async def test_async_decorator(tracer: RecordingTracer) -> None:
 async def test_async_calls_run_concurrently_without_mixing(tracer: RecordingTracer) -> None:
     @operation
     async def square(n: int) -> int:
-        await asyncio.sleep(0.01 * (3 - n))
+        await asyncio.sleep(0.01 * (3 - n))  # the calls end in reverse order: their spans must not mix
         return n * n
 
     assert await asyncio.gather(*(square(n) for n in range(3))) == [0, 1, 4]

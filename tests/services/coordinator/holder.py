@@ -17,7 +17,7 @@ async def main(url: str, namespace: str) -> None:
     await store.heartbeat(claimed.rollout_id, claimed.attempt.attempt_id, "doomed")
     print(claimed.rollout_id, claimed.attempt.attempt_id, flush=True)
     while True:  # a busy agent: heartbeats until SIGKILL
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the heartbeat period, not synchronization
         await store.heartbeat(claimed.rollout_id, claimed.attempt.attempt_id, "doomed")
 
 

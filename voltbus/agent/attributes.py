@@ -122,7 +122,8 @@ def filter_attributes(attributes: Mapping[str, Any], prefix: str) -> dict[str, A
     >>> filter_attributes({"p": 1, "p.a": 2, "pa": 3, "q": 4}, "p")
     {'p': 1, 'p.a': 2}
     """
-    return {k: v for k, v in attributes.items() if k.startswith(prefix + ".") or k == prefix}
+    dotted = prefix + "."
+    return {k: v for k, v in attributes.items() if k == prefix or k.startswith(dotted)}
 
 
 def filter_and_unflatten_attributes(attributes: Mapping[str, Any], prefix: str) -> dict[str, Any] | list[Any]:

@@ -150,7 +150,7 @@ def emit_exception(
 def get_rewards_from_span(span: SpanLike) -> list[RewardDimension]:
     """The reward dimensions of a span, primary first; ``[]`` when it carries none."""
     attributes = span.attributes or {}
-    if not filter_attributes(attributes, _REWARD):
+    if _REWARD not in "\n".join(attributes) or not filter_attributes(attributes, _REWARD):  # (the first: in C)
         return []
     return msgspec.convert(filter_and_unflatten_attributes(attributes, _REWARD), list[RewardDimension], strict=False)
 

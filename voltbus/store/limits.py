@@ -65,8 +65,32 @@ class Clipper:
         return out
 
 
+def fits(span: Span, limit: int) -> bool:
+    """Whether the span's attributes (and its events') cannot be over ``limit``: their JSON text, which is at
+    least as long as the keys and values the Clipper counts, is shorter, and no key is too long. One encode
+    instead of one per value; False (the Clipper decides) when a value is not JSON.
+
+    >>> fits(Span(rollout_id="r", attempt_id="a", sequence_id=1, trace_id="t", span_id="s", name="n",
+    ...      attributes={"k": "v" * 10}), 20)
+    True
+    """
+    try:
+        size = len(msgspec.json.encode(span.attributes)) + sum(
+            len(msgspec.json.encode(e.attributes)) for e in span.events
+        )
+    except (TypeError, ValueError, OverflowError):
+        return False
+    keys = [span.attributes, *(e.attributes for e in span.events)]
+    return size < limit and all(len(k) <= MAX_KEY for attrs in keys for k in attrs)
+
+
 def clip_span(span: Span, value_max: int, span_max: int) -> Span:
     """``span`` with its attributes (and its events') within the limits; the span itself when they fit."""
+    return span if fits(span, min(value_max, span_max)) else clipped(span, value_max, span_max)
+
+
+def clipped(span: Span, value_max: int, span_max: int) -> Span:
+    """``clip_span`` value by value (what ``fits`` spares a span that is well within the limits)."""
     clipper = Clipper(value_max, span_max)
     attributes = clipper.attributes(span.attributes)
     events = [

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from voltbus.agent.emitters import get_rewards_from_span  # the reward reading rules live with the emitters
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.commands import MarkAttemptRunning
 from voltbus.schemas.errors import UnknownAttempt
@@ -26,7 +27,33 @@ DEFAULT_LIMITS = NatsSettings()
 
 
 def _attrs(values: Any) -> dict[str, Any]:
-    return {str(k): list(v) if isinstance(v, tuple) else v for k, v in dict(values or {}).items()}
+    """OpenTelemetry attributes as a plain dict: sequences (tuples there) as lists, keys as strings.
+
+    >>> _attrs({"a": (1, 2), 3: "x"})
+    {'a': [1, 2], '3': 'x'}
+    """
+    out = dict(values) if values else {}
+    for key, value in out.items():
+        if type(value) is tuple:  # same keys: changing a value while iterating is safe
+            out[key] = list(value)
+    if not all(type(k) is str for k in out):  # OpenTelemetry keeps string keys only; a hand-built span may not
+        out = {str(k): v for k, v in out.items()}
+    return out
+
+
+_resource_held: tuple[Any, dict[str, Any]] = (None, {})
+"""The last resource converted and its attributes: a tracer's spans share one resource."""
+
+
+def _resource(resource: Any) -> dict[str, Any]:
+    global _resource_held
+    if resource is None:
+        return {}
+    held, attributes = _resource_held
+    if held is not resource:
+        attributes = _attrs(resource.attributes)
+        _resource_held = (resource, attributes)
+    return {k: list(v) if type(v) is list else v for k, v in attributes.items()}  # each span its own lists
 
 
 def span_from_otel(readable: Any, rollout_id: str, attempt_id: str, sequence_id: int) -> Span:
@@ -52,14 +79,12 @@ def span_from_otel(readable: Any, rollout_id: str, attempt_id: str, sequence_id:
         ],
         start_time=readable.start_time / _NS if readable.start_time else None,
         end_time=readable.end_time / _NS if readable.end_time else None,
-        resource_attributes=_attrs(readable.resource.attributes if readable.resource else {}),
+        resource_attributes=_resource(readable.resource),
     )
 
 
 def reward_event(span: Span) -> RewardReported | None:
     """The reward a reward span carries, as its own event (what training data joins on), or None."""
-    from voltbus.agent.emitters import get_rewards_from_span  # the reward reading rules live with the emitters
-
     dimensions = get_rewards_from_span(span)
     if not dimensions:
         return None

@@ -13,6 +13,9 @@ projects into a fresh DuckDB file; rates count events, not messages.
 Cases:
   project_spans    project(ends={spans: end}) into a fresh file  vs  raw Arrow insert of the same rows
   project_control  project(ends={control: end}), same            vs  raw Arrow insert of the same rows
+  project_<s>_steady  the same runs from their first committed batch on: the steady state the issue's ingest
+                   goal is about (opening the feed and the first batch, read beside its apply, are left out;
+                   on the raw side its first batch)
   replay           services.projector.client.rebuild (what       vs  raw Arrow insert of both streams' rows
                    ``voltbus replay --db new.duckdb`` runs): both streams, one file
   lag_<wait>       a live project(stop=...) with max_wait=<wait>;  vs  a raw ordered consumer's delivery lag
@@ -205,6 +208,8 @@ class Stored:
     batches: dict[str, list[dict[str, list[Row]]]]
     rows_seconds: dict[str, float]
     """Seconds the projector's Python side (decoded envelopes -> row dicts, fold) took per stream, no DuckDB."""
+    batch: int
+    """Messages per captured batch (the projector's batch size)."""
 
 
 async def fill(b: Bench, options: Options) -> Stored:
@@ -229,7 +234,9 @@ async def fill(b: Bench, options: Options) -> Stored:
         envelopes = await read_all(log, stream, ends[stream])
         batches[stream], seconds[stream] = capture(stream, envelopes, options.batch)
     events = {"control": len(control), "spans": len(spans)}
-    return Stored(log, ends, events, sizes(control[:1] + control[-1:] + spans[: TURNS * 2 + 1]), batches, seconds)
+    return Stored(
+        log, ends, events, sizes(control[:1] + control[-1:] + spans[: TURNS * 2 + 1]), batches, seconds, options.batch
+    )
 
 
 async def publish_as_written(log: EventLog, events: Sequence[AnyEvent]) -> int:
@@ -340,6 +347,13 @@ class TimedProjector(Projector):
             self.apply_seconds += time.perf_counter() - start
 
 
+def after_first(stored: Stored, stream: str, position: int, since: float, until: float) -> Run:
+    """The events of ``stream`` after ``position`` (its first committed batch) and the seconds they took:
+    the steady state, without the start (opening the feed, the first batch's read beside its apply)."""
+    end = stored.ends[stream]
+    return Run(round(stored.events[stream] * (end - position) / end), until - since)
+
+
 async def vb_project(
     stored: Stored,
     files: Files,
@@ -347,20 +361,30 @@ async def vb_project(
     batch: int,
     applies: list[Run] | None = None,
     readers: dict[str, int] | None = None,
+    steady: list[Run] | None = None,
 ) -> Run:
-    """project() of ``streams`` up to their ends into a fresh file; the time inside apply goes to ``applies``."""
+    """project() of ``streams`` up to their ends into a fresh file; the time inside apply goes to ``applies``,
+    the steady state of a one-stream run (after its first committed batch) to ``steady``."""
     path = files.new("project")
     projector = TimedProjector(path)
+    first: list[tuple[float, int]] = []
+
+    def progress(stream: str, position: int, end: int) -> None:
+        if not first and position:
+            first.append((time.perf_counter(), position))
+
     try:
         ends = {s: (stored.ends[s] if s in streams else 0) for s in stored.ends}
         start = time.perf_counter()
-        await project(projector, stored.log, ends=ends, batch_size=batch, readers=readers or 0)
-        seconds = time.perf_counter() - start
+        await project(projector, stored.log, ends=ends, batch_size=batch, readers=readers or 0, progress=progress)
+        stop = time.perf_counter()
         check(projector.con, stored, streams)
         events = sum(stored.events[s] for s in streams)
         if applies is not None:
             applies.append(Run(events, projector.apply_seconds))
-        return Run(events, seconds)
+        if steady is not None and len(streams) == 1:
+            steady.append(after_first(stored, streams[0], first[0][1], first[0][0], stop))
+        return Run(events, stop - start)
     finally:
         projector.close()
         files.drop(path)
@@ -385,9 +409,10 @@ async def vb_rebuild(stored: Stored, files: Files, batch: int, readers: dict[str
         files.drop(path)
 
 
-def raw_insert(stored: Stored, files: Files, streams: Sequence[str]) -> Run:
+def raw_insert(stored: Stored, files: Files, streams: Sequence[str], steady: list[Run] | None = None) -> Run:
     """The captured rows of ``streams`` into a fresh file: per batch one transaction, Arrow (the projector's
-    fixed schemas where it has them) + the table's SQL."""
+    fixed schemas where it has them) + the table's SQL; the steady state of one stream (after its first
+    batch) goes to ``steady``."""
     path = files.new("raw")
     schemas, named = blocks.load()
     con = duckdb.connect(str(path))
@@ -396,23 +421,27 @@ def raw_insert(stored: Stored, files: Files, streams: Sequence[str]) -> Run:
             con.execute(block.sql)
         events = 0
         start = time.perf_counter()
+        first = start
         for stream in streams:
             for rows in stored.batches[stream]:
                 con.begin()
                 for name, block_rows in rows.items():
                     blocks.run(con, named[name].sql, pa.Table.from_pylist(block_rows, schema=ARROW.get(name)))
                 con.commit()
+                first = first if first != start else time.perf_counter()
             events += stored.events[stream]
-        seconds = time.perf_counter() - start
+        stop = time.perf_counter()
         check(con, stored, streams)
-        return Run(events, seconds)
+        if steady is not None and len(streams) == 1:
+            steady.append(after_first(stored, streams[0], min(stored.batch, stored.ends[streams[0]]), first, stop))
+        return Run(events, stop - start)
     finally:
         con.close()
         files.drop(path)
 
 
-async def raw_project(stored: Stored, files: Files, streams: Sequence[str]) -> Run:
-    return raw_insert(stored, files, streams)
+async def raw_project(stored: Stored, files: Files, streams: Sequence[str], steady: list[Run] | None = None) -> Run:
+    return raw_insert(stored, files, streams, steady)
 
 
 async def feed_only(stored: Stored, stream: str, batch: int) -> Run:
@@ -435,12 +464,15 @@ async def case_ingest(b: Bench, stored: Stored, files: Files, options: Options) 
     notes = {"spans": f"project() vs raw Arrow insert; {size}", "control": "project() (fold + upserts) vs raw insert"}
     for stream in ("spans", "control"):
         applies: list[Run] = []
+        steady: tuple[list[Run], list[Run]] = ([], [])
         vbs, raws = await alternate(
             b,
-            functools.partial(vb_project, stored, files, [stream], options.batch, applies, options.readers),
-            functools.partial(raw_project, stored, files, [stream]),
+            functools.partial(vb_project, stored, files, [stream], options.batch, applies, options.readers, steady[0]),
+            functools.partial(raw_project, stored, files, [stream], steady[1]),
         )
         figures.append(summarize(f"project_{stream}", vbs, raws, notes[stream]))
+        note = "the same runs after their first committed batch (the steady state)"
+        figures.append(summarize(f"project_{stream}_steady", *steady, note))
         reads = [
             await raw_replay(b, stored.log, stream, stored.ends[stream], b.deadline()) for _ in range(options.reps)
         ]

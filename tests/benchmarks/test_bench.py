@@ -14,6 +14,7 @@ from tests.benchmarks import (
     bench_projector,
     bench_refresh,
     bench_runner,
+    bench_spans,
 )
 
 pytestmark = pytest.mark.bench
@@ -45,6 +46,12 @@ async def test_bench_parser() -> None:
     assert figure.events == 2000 and figure.rate > 0 and figure.raw_rate > 0
 
 
+def test_bench_spans() -> None:
+    """A runner's span conversion next to encoding alone: every span of the agent converted."""
+    (figure,) = bench_spans.run(rollouts=20, reps=2)
+    assert figure.case == "flush_convert" and figure.events > 20 and 0 < figure.rate < figure.raw_rate
+
+
 def test_bench_refresh() -> None:
     """A training refresh in a bigger projection next to a smaller one (every attempt's telemetry found by both)."""
     figures = bench_refresh.run(attempts=5000, small=1000, reps=2)
@@ -58,6 +65,7 @@ async def test_bench_projector(tmp_path: Path) -> None:
     figures = await bench_projector.run(bench_projector.Options(), tmp_path)
     cases = {f.case for f in figures}
     assert {"project_spans", "project_control", "replay", "lag_100ms", "lag_20ms"} <= cases
+    assert {"project_spans_steady", "project_control_steady"} <= cases
     for f in figures:
         assert f.events > 0 and f.rate > 0 and f.raw_rate > 0, f
 

@@ -62,7 +62,11 @@ def prepare_file(path: Path) -> None:
 class Projector:
     """The only writer of one DuckDB file."""
 
-    def __init__(self, path: Path | str, adapter: AdapterSettings | None = None, defer_training: bool = False) -> None:
+    def __init__(
+        self, path: Path | str, adapter: AdapterSettings | None = None, defer_training: bool = False, threads: int = 1
+    ) -> None:
+        """``threads``: DuckDB's worker threads for this database (0: DuckDB's default, one per core); see
+        ``ProjectorSettings.duckdb_threads``."""
         self.path = Path(path)
         self.adapter = adapter or AdapterSettings()
         self.defer_training = defer_training
@@ -78,7 +82,7 @@ class Projector:
         self.applied = 0
         self._preparers: dict[str, Preparer] = {}
         prepare_file(self.path)
-        self.con = duckdb.connect(str(self.path))
+        self.con = duckdb.connect(str(self.path), config={"threads": threads} if threads else {})
         for block in self.schemas:
             self.con.execute(block.sql)
         self.con.execute("INSERT OR IGNORE INTO projection_meta VALUES ('version', ?)", [str(PROJECTION_VERSION)])

@@ -157,6 +157,12 @@ class ProjectorSettings(BaseModel):
     """Reader processes of the control stream (``VOLTBUS_PROJECTOR__CONTROL_READERS``); 0 (the default):
     in the projector's process. On two cores, a live run's small batches cost more to hand over than to prepare
     here; a replay of a long backlog gains a few points with 1 (BENCHMARKS.md, issue 4)."""
+    duckdb_threads: int = Field(default=1, ge=0, le=1024)
+    """DuckDB's worker threads for the projector's database (``VOLTBUS_PROJECTOR__DUCKDB_THREADS``; 0: DuckDB's
+    default, one per core). 1 by default: the projector's batches are too small for DuckDB to split, and idle
+    workers cost CPU in every statement (on two cores a live run's small commits took ~10% less CPU with 1,
+    BENCHMARKS.md, issue 4). SQL over the projector's endpoint shares the setting: raise it where large queries
+    on a live projection matter more than ingest."""
     max_rows: int = 100_000
     """Most rows one SQL query returns over the endpoint (a clear error past it)."""
 

@@ -164,7 +164,8 @@ async def rebuild(
     if any(settings.projector.readers.values()):
         await asyncio.to_thread(forks.prestart)  # the readers' fork server, started once
     log_ = await EventLog.connect(settings.nats, name=f"voltbus-{label}")
-    projector = Projector(db, adapter, defer_training=True)  # one training pass at the end, not one per batch
+    threads = settings.projector.duckdb_threads
+    projector = Projector(db, adapter, defer_training=True, threads=threads)  # one training pass at the end
     try:
         if from_seq:
             projector.positions["control"] = from_seq - 1

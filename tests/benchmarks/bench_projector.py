@@ -28,7 +28,8 @@ The raw insert is the projector's own DuckDB work without the rest: the row dict
 decoded by lean.py as the projector decodes them, then mapped by rows.py and the lifecycle fold), then
 timed: per batch, one transaction, per table ``pa.Table.from_pylist`` with the projector's fixed Arrow
 schema (``rows.ARROW``, where it has one) + the table's SQL block (``INSERT INTO t BY NAME SELECT *
-FROM batch``; ``INSERT OR REPLACE`` for rollouts, attempts and states; ModelCalled's number lists
+FROM batch``; ``INSERT OR REPLACE`` for rollouts, attempts and states; DuckDB configured as the
+projector's database, ``ProjectorSettings.duckdb_threads``; ModelCalled's number lists
 arrive as JSON text and the block turns them into lists with ``from_json_strict``), no checkpoint
 row. After the fill the captured rows are frozen out of the garbage collector (``gc.freeze``), so
 neither side's collections scan the bench's own data.
@@ -415,7 +416,7 @@ def raw_insert(stored: Stored, files: Files, streams: Sequence[str], steady: lis
     batch) goes to ``steady``."""
     path = files.new("raw")
     schemas, named = blocks.load()
-    con = duckdb.connect(str(path))
+    con = duckdb.connect(str(path), config={"threads": ProjectorSettings().duckdb_threads})  # as the projector's
     try:
         for block in schemas:
             con.execute(block.sql)

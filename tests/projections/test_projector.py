@@ -13,10 +13,13 @@ from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import PROJECTION_VERSION, Projector
 from voltbus.schemas.rollouts import AttemptStarted
 from voltbus.services.eventlog import Envelope
+from voltbus.services.settings import ProjectorSettings
 from voltbus.store import Store
 
 from .conftest import dump
 from .workload import write
+
+THREADS = "SELECT current_setting('threads')"
 
 
 async def build(store: Store, path: Path, to_seq: int | None = None) -> dict[str, list[tuple[object, ...]]]:
@@ -116,6 +119,17 @@ def test_a_gap_in_the_stream_is_recorded(tmp_path: Path) -> None:
         assert projector.positions["control"] == 5
     finally:
         projector.close()
+
+
+def test_the_database_runs_with_the_threads_it_is_given(tmp_path: Path) -> None:
+    for threads, expected in ((1, 1), (3, 3), (0, duckdb.connect(":memory:").execute(THREADS).fetchone()[0])):  # type: ignore[index]
+        projector = Projector(tmp_path / f"t{threads}.duckdb", threads=threads)
+        try:
+            assert projector.con.execute(THREADS).fetchone() == (expected,)
+            assert projector.con.cursor().execute(THREADS).fetchone() == (expected,)  # queries share it
+        finally:
+            projector.close()
+    assert ProjectorSettings().duckdb_threads == 1
 
 
 def test_an_older_database_is_moved_aside_and_rebuilt(tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ attempt rows by folding the lifecycle decider's ``evolve``.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 PROJECTION_VERSION = 7
 """Bump when tables or row mapping change: an older database is then rebuilt from the log."""
 STREAMS = ("control", "spans")
+REFRESH_TOGETHER = 2000
+"""Most ended attempts whose training refresh waits to be done together (``refresh_interval``)."""
 
 UNAPPLIABLE = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputException, pa.ArrowException, OverflowError)
 """What rows out of a column's range (or type) raise in DuckDB or Arrow: the events that cause it are quarantined."""
@@ -63,11 +67,19 @@ class Projector:
     """The only writer of one DuckDB file."""
 
     def __init__(
-        self, path: Path | str, adapter: AdapterSettings | None = None, defer_training: bool = False, threads: int = 1
+        self,
+        path: Path | str,
+        adapter: AdapterSettings | None = None,
+        defer_training: bool = False,
+        threads: int = 1,
+        refresh_interval: float = 0.0,
     ) -> None:
-        """``threads``: DuckDB's worker threads for this database (0: DuckDB's default, one per core); see
-        ``ProjectorSettings.duckdb_threads``."""
+        """``threads``: DuckDB's worker threads for this database (0: DuckDB's default, one per core);
+        ``refresh_interval``: the shortest time between two training refreshes of a live projection (0: each in
+        the commit that makes it due); see ``ProjectorSettings.duckdb_threads`` and ``training_refresh_s``."""
         self.path = Path(path)
+        self.refresh_interval = refresh_interval
+        self._refreshed_at = -math.inf
         self.adapter = adapter or AdapterSettings()
         self.defer_training = defer_training
         """Leave the training tables for one pass at the end (``finish_training``), as a rebuild does: during a replay
@@ -112,7 +124,14 @@ class Projector:
         """Refresh every held attempt now (the spans stream has nothing more for the moment)."""
         if self.held.ends:
             self._commit([], [], [], sorted(self.held.ends))
+            self._refreshed_at = time.monotonic()
             self.held.keep({})
+
+    def _refresh_later(self, attempts: int) -> bool:
+        """Whether the refresh of ``attempts`` due now waits to be done together with the next ones: the last
+        refresh was less than ``refresh_interval`` ago and not too many wait (see ``ProjectorSettings``)."""
+        recent = time.monotonic() - self._refreshed_at < self.refresh_interval
+        return recent and attempts < REFRESH_TOGETHER
 
     def _load(self) -> None:
         """Positions as the last committed transaction left them; the folds are read again when next needed."""
@@ -211,7 +230,13 @@ class Projector:
             telemetry_at = max([self.stamps["spans"], *(p.stamp for p, _ in batches if p.stream == "spans")])
             held, due = self.held.after(ended_here, ended_at, telemetry_at)
             candidates = [k for k in candidates if k not in held] + sorted(due)
+            if candidates and not cleared and self._refresh_later(len(held) + len(candidates)):
+                unknown = (0.0, 0)  # an attempt that ended before: a wait for training rows waits for it too
+                later = {k: self.held.ends.get(k) or (ended_at if k in ended_here else unknown) for k in candidates}
+                held, candidates = held | later, []
         self._commit(tables_, checkpoints, cleared, candidates)
+        if candidates:
+            self._refreshed_at = time.monotonic()
         self.held.keep(held)
         for prepared, preparer in batches:
             self.positions[prepared.stream], self.stamps[prepared.stream] = prepared.last, prepared.stamp

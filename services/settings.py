@@ -157,6 +157,11 @@ class ProjectorSettings(BaseModel):
     """Reader processes of the control stream (``VOLTBUS_PROJECTOR__CONTROL_READERS``); 0 (the default):
     in the projector's process. On two cores, a live run's small batches cost more to hand over than to prepare
     here; a replay of a long backlog gains a few points with 1 (BENCHMARKS.md, issue 4)."""
+    training_refresh_s: float = Field(default=0.2, ge=0)
+    """Shortest time between two training refreshes of the live projection (``VOLTBUS_PROJECTOR__TRAINING_REFRESH_S``):
+    the training rows of attempts that end meanwhile are computed together, in one refresh of a few statements,
+    instead of one refresh per commit (BENCHMARKS.md, issue 4). A query waiting for both streams (training data)
+    waits for them; 0: each in the commit that ends the attempt or brings its telemetry."""
     duckdb_threads: int = Field(default=1, ge=0, le=1024)
     """DuckDB's worker threads for the projector's database (``VOLTBUS_PROJECTOR__DUCKDB_THREADS``; 0: DuckDB's
     default, one per core). 1 by default: the projector's batches are too small for DuckDB to split, and idle

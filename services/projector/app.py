@@ -102,7 +102,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
         await asyncio.to_thread(forks.prestart)  # the readers' fork server, started once
     eventlog = await EventLog.connect(settings.nats, name="voltbus-projector")
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
-    projector = Projector(cfg.db, threads=cfg.duckdb_threads)
+    projector = Projector(cfg.db, threads=cfg.duckdb_threads, refresh_interval=cfg.training_refresh_s)
     progress = Progress(projector)
     server = uvicorn.Server(
         uvicorn.Config(

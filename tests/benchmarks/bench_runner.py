@@ -69,7 +69,7 @@ from voltbus.projections.follow import project
 from voltbus.projections.projector import Projector
 from voltbus.schemas.resources import LLM
 from voltbus.services.natsserver import NatsServer
-from voltbus.services.settings import BusSettings, NatsSettings, ProjectorSettings, RunnerSettings
+from voltbus.services.settings import BusSettings, NatsSettings, ProjectorSettings, RunnerSettings, Settings
 from voltbus.store import EnqueueRolloutRequest, Store, connect
 
 AGENT = "tests.benchmarks.store_agent:agent"
@@ -289,9 +289,10 @@ class VoltbusSide:
 
     async def __aenter__(self) -> VoltbusSide:
         self.store = await connect(settings=self.nats, name="bench-algorithm")
-        self.projector = Projector(self.tmp / f"{self.nats.namespace}.duckdb")
+        p = Settings().projector  # the projector as the service runs it (VOLTBUS_PROJECTOR__*)
+        path = self.tmp / f"{self.nats.namespace}.duckdb"
+        self.projector = Projector(path, threads=p.duckdb_threads, refresh_interval=p.training_refresh_s)
         self.watch = Watch(self.projector)
-        p = ProjectorSettings()
         if any(self.opts.readers.values()):
             forks.prestart()  # as a running projector has it
         self.following = asyncio.create_task(

@@ -180,6 +180,33 @@ async def test_an_attempt_ended_before_its_spans_are_applied_is_adapted_once(
     projector.close()
 
 
+async def test_refreshes_due_within_the_interval_are_done_together(
+    store: Store, tmp_path: Path, adapted: list[str]
+) -> None:
+    expected = await written(store, tmp_path)
+    adapted.clear()
+    projector = Projector(tmp_path / "live.duckdb", refresh_interval=3600.0)
+    projector.apply("spans", await stored(store, "spans"))  # the telemetry first: each end is due at once
+    held_at: list[int] = []
+    for event in await stored(store, "control"):  # one commit per event, as on a trickle
+        projector.apply("control", [event])
+        if projector.held.ends:
+            held_at.append(event.seq)
+            assert projector.held.blocks(event.seq)  # a query for training rows up to here waits for them
+    assert held_at and len(set(adapted)) < 8  # some ends wait for the refresh after the interval
+    projector.release_held()  # (or the first commit past the interval)
+    assert not projector.held.ends and len(set(adapted)) == 8 and dump(projector.con) == expected
+    projector.close()
+    adapted.clear()
+    eager = Projector(tmp_path / "eager.duckdb")  # refresh_interval 0: every end refreshed in its commit
+    eager.apply("spans", await stored(store, "spans"))
+    for event in await stored(store, "control"):
+        eager.apply("control", [event])
+        assert not eager.held.ends
+    assert len(set(adapted)) == 8 and dump(eager.con) == expected
+    eager.close()
+
+
 async def test_attempts_held_when_the_projector_stopped_get_their_rows_when_it_opens(
     store: Store, tmp_path: Path
 ) -> None:

@@ -146,7 +146,8 @@ def test_reward_without_tracer_raises(no_tracer: None) -> None:
 # Reading rewards back.
 
 
-def _store_span(name: str, attributes: dict[str, Any]) -> Span:
+def store_span(name: str, attributes: dict[str, Any]) -> Span:
+    """A store Span of one attempt with these attributes (also used by the span conversion tests)."""
     return Span(
         rollout_id="ro",
         attempt_id="at",
@@ -160,9 +161,9 @@ def _store_span(name: str, attributes: dict[str, Any]) -> Span:
 
 def test_rewards_read_from_store_spans_and_readable_spans(tracer: RecordingTracer) -> None:
     attributes = emit_reward({"a": 0.25, "b": 1.0}, primary_key="a").attributes
-    store_span = _store_span("agentlightning.annotation", dict(attributes))
+    stored = store_span("agentlightning.annotation", dict(attributes))
     readable = ReadableSpan(name="agentlightning.annotation", attributes=dict(attributes))
-    for span in (store_span, readable):
+    for span in (stored, readable):
         assert get_reward_value(span) == 0.25
         assert [r.name for r in get_rewards_from_span(span)] == ["a", "b"]
         assert is_reward_span(span)
@@ -247,7 +248,7 @@ def test_find_reward_spans_and_final_reward(tracer: RecordingTracer) -> None:
 
 
 def test_final_reward_scans_from_the_end_over_store_spans() -> None:
-    spans = [_store_span("agentlightning.annotation", {"reward": float(i)}) for i in range(3)]
+    spans = [store_span("agentlightning.annotation", {"reward": float(i)}) for i in range(3)]
     assert find_final_reward(spans) == 2.0
 
 

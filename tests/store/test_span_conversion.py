@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
+from tests.agent.test_emitters import store_span
 from voltbus.agent.emitters import get_rewards_from_span
 from voltbus.store import Span
 from voltbus.store.limits import MAX_KEY, clip_span, clipped, fits
@@ -27,15 +28,7 @@ KEYS = st.one_of(st.text(min_size=1, max_size=12), st.text(min_size=MAX_KEY - 2,
 
 
 def span(attributes: dict[str, Any]) -> Span:
-    return Span(
-        rollout_id="ro",
-        attempt_id="at",
-        sequence_id=1,
-        trace_id="t" * 32,
-        span_id="s" * 16,
-        name="n",
-        attributes=attributes,
-    )
+    return store_span("n", attributes)
 
 
 @settings(max_examples=300, deadline=None)

@@ -80,8 +80,8 @@ def fits(span: Span, limit: int) -> bool:
         )
     except (TypeError, ValueError, OverflowError):
         return False
-    keys = [span.attributes, *(e.attributes for e in span.events)]
-    return size < limit and all(len(k) <= MAX_KEY for attrs in keys for k in attrs)
+    dicts = [span.attributes, *(e.attributes for e in span.events)]
+    return size < limit and all(len(k) <= MAX_KEY for attrs in dicts for k in attrs)
 
 
 def clip_span(span: Span, value_max: int, span_max: int) -> Span:

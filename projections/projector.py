@@ -124,7 +124,6 @@ class Projector:
         """Refresh every held attempt now (the spans stream has nothing more for the moment)."""
         if self.held.ends:
             self._commit([], [], [], sorted(self.held.ends))
-            self._refreshed_at = time.monotonic()
             self.held.keep({})
 
     def _refresh_later(self, attempts: int) -> bool:
@@ -235,8 +234,6 @@ class Projector:
                 later = {k: self.held.ends.get(k) or (ended_at if k in ended_here else unknown) for k in candidates}
                 held, candidates = held | later, []
         self._commit(tables_, checkpoints, cleared, candidates)
-        if candidates:
-            self._refreshed_at = time.monotonic()
         self.held.keep(held)
         for prepared, preparer in batches:
             self.positions[prepared.stream], self.stamps[prepared.stream] = prepared.last, prepared.stamp
@@ -309,6 +306,8 @@ class Projector:
             raise
         self.ended.difference_update(cleared)
         self.ended.update(ended)
+        if candidates and not self.defer_training:
+            self._refreshed_at = time.monotonic()  # (what ``_refresh_later`` measures from)
 
 
 def _strict(item: Envelope | BadEvent) -> Envelope | BadEvent:

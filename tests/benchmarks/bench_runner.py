@@ -69,7 +69,7 @@ from voltbus.projections.follow import project
 from voltbus.projections.projector import Projector
 from voltbus.schemas.resources import LLM
 from voltbus.services.natsserver import NatsServer
-from voltbus.services.settings import BusSettings, NatsSettings, ProjectorSettings, RunnerSettings, Settings
+from voltbus.services.settings import BusSettings, NatsSettings, RunnerSettings, Settings
 from voltbus.store import EnqueueRolloutRequest, Store, connect
 
 AGENT = "tests.benchmarks.store_agent:agent"
@@ -116,7 +116,7 @@ class Options:
     """Also run once each: the queue scenario with the other enqueue style, and each scenario with one
     process per AL runner (``runners`` processes)."""
     csv: Path | None = CSV_PATH
-    readers: dict[str, int] = field(default_factory=lambda: ProjectorSettings().readers)
+    readers: dict[str, int] = field(default_factory=lambda: Settings().projector.readers)
     """The projector's reader processes per stream, as the projector service runs by default."""
 
 

@@ -91,15 +91,17 @@ async def project(
     batch_size: int = 2000,
     max_wait: float = 0.1,
     readers: int | dict[str, int] = 0,
+    backlog: int = 0,
 ) -> None:
     """Apply both streams until ``ends`` are reached (a rebuild) or ``stop`` is set (live).
 
     ``readers``: reader processes per stream (reader.py), each preparing a share of it, so that the work
     does not take turns with DuckDB under this process's interpreter lock (0: all here); readers that
     cannot start or fail leave their stream to this process, and a batch the database refuses is applied
-    again here (in halves, down to the events at fault).
+    again here (in halves, down to the events at fault). ``backlog``: a stream with no readers that has at
+    least this many messages to catch up on gets one until it has (0: never; ``ProjectorSettings.reader_backlog``).
     """
-    following = Following(projector, log_, ends, stop, progress, batch_size, max_wait, readers)
+    following = Following(projector, log_, ends, stop, progress, batch_size, max_wait, readers, backlog)
     async with asyncio.TaskGroup() as tasks:
         for stream in STREAMS:
             tasks.create_task(following.one(stream))
@@ -119,13 +121,17 @@ class Following:
         batch_size: int,
         max_wait: float,
         readers: int | dict[str, int],
+        backlog: int = 0,
     ) -> None:
         self.projector, self.log, self.ends, self.stop, self.progress = projector, log_, ends, stop, progress
-        self.batch_size, self.max_wait = batch_size, max_wait
+        self.batch_size, self.max_wait, self.backlog = batch_size, max_wait, backlog
         self.lock = asyncio.Lock()
         """One writer connection: batches of the two streams take turns."""
         self.counts = readers if isinstance(readers, dict) else dict.fromkeys(STREAMS, int(readers))
-        self.use = {s: self.counts.get(s, 0) > 0 and forks.supported() for s in STREAMS}
+        self.use = dict.fromkeys(STREAMS, forks.supported())
+        """Per stream: whether reader processes may read it (no longer once they failed three times in a row)."""
+        self.catching_up = dict.fromkeys(STREAMS, False)
+        """Per stream: whether its readers are there for a backlog only (``backlog``), until it is caught up."""
         self.failed = {s: (0, -1) for s in STREAMS}
         """Per stream: reader failures in a row without progress between them, and the position at the last."""
         self.waiting: dict[str, tuple[Batch, asyncio.Future[None]]] = {}
@@ -145,7 +151,16 @@ class Following:
                 await asyncio.sleep(max(self.max_wait, 0.25))
 
     async def source(self, stream: str, end: int | None) -> Source:
-        if self.use[stream]:
+        count = self.counts.get(stream, 0) if self.use[stream] else 0
+        self.catching_up[stream] = self.use[stream] and not count and await self.behind(stream, end)
+        if self.catching_up[stream]:
+            count = 1
+            log.info(
+                "%s: a backlog after seq %d: one reader process while it catches up",
+                stream,
+                self.projector.positions[stream],
+            )
+        if count:
             try:
                 states: list[tuple[str, bytes]] = []
                 if stream == "control":  # the committed folds; the writer connection serves one thread at a time
@@ -153,10 +168,44 @@ class Following:
                         states = await asyncio.to_thread(self.projector.stored_states)
                 position = self.projector.positions[stream]
                 settings = self.log.settings
-                return await reader.Readers.start(settings, stream, self.counts[stream], position, end, states)
+                return await reader.Readers.start(settings, stream, count, position, end, states)
             except Exception as exc:
                 log.warning("no reader process for %s (%s): reading it in this process", stream, exc)
                 self.use[stream] = False
+        return await self.local(stream, end)
+
+    async def behind(self, stream: str, end: int | None) -> bool:
+        """Whether ``stream`` has a backlog of ``self.backlog`` messages or more to catch up on, and (control)
+        the database holds no more folded rollouts than that: a reader gets them all first."""
+        if not self.backlog:
+            return False
+        try:
+            last = end if end is not None else await self.log.feed(stream).last_seq()  # type: ignore[arg-type]
+        except AWAY:
+            return False
+        backlog = last - self.projector.positions[stream]
+        if backlog < self.backlog:
+            return False
+        if stream == "control":
+            async with self.lock:
+                return await asyncio.to_thread(self.projector.state_count) <= backlog
+        return True
+
+    async def caught_up(self, stream: str, end: int | None, src: Source, taken: int) -> Source:
+        """The source to go on with after a batch of ``taken`` messages (0: none came): this process's, once the
+        readers that a live stream got for its backlog leave less than a batch to catch up on. A bounded run
+        (a rebuild) keeps them to its end."""
+        if not self.catching_up[stream] or end is not None or taken >= self.batch_size:
+            return src
+        try:
+            left = await self.log.feed(stream).last_seq() - self.projector.positions[stream]  # type: ignore[arg-type]
+        except AWAY:
+            return src
+        if left >= self.batch_size:
+            return src
+        log.info("%s caught up at seq %d: reading it in this process", stream, self.projector.positions[stream])
+        await src.close()
+        self.catching_up[stream] = False
         return await self.local(stream, end)
 
     async def catch_up(self, stream: str, to_seq: int) -> None:
@@ -250,6 +299,7 @@ class Following:
                         await src.close()  # go on after the checkpoint, dropping what was taken
                         src = await self.source(stream, end)
                         continue
+                before = self.projector.positions[stream]
                 if batch:
                     src = await self.write(stream, end, src, batch)
                 elif stream == "spans" and self.projector.held.ends:  # nothing more came: what waited for it is due
@@ -257,6 +307,7 @@ class Following:
                         await asyncio.to_thread(self.projector.release_held)
                     if self.progress:  # queries waiting for those attempts' rows
                         self.progress(stream, self.projector.positions[stream], end or 0)
+                src = await self.caught_up(stream, end, src, self.projector.positions[stream] - before)
         finally:
             await src.close()
 

@@ -152,6 +152,10 @@ class Projector:
         """Every rollout's folded state as the last commit stored it."""
         return self.con.execute("SELECT rollout_id, state FROM rollout_states").fetchall()
 
+    def state_count(self) -> int:
+        """How many rollouts' folded states the last commit stored."""
+        return self.con.execute("SELECT count(*) FROM rollout_states").fetchone()[0]  # type: ignore[index]
+
     def close(self) -> None:
         """Close the database."""
         self.con.close()

@@ -156,7 +156,15 @@ class ProjectorSettings(BaseModel):
     control_readers: int = Field(default=0, ge=0, le=16)
     """Reader processes of the control stream (``VOLTBUS_PROJECTOR__CONTROL_READERS``); 0 (the default):
     in the projector's process. On two cores, a live run's small batches cost more to hand over than to prepare
-    here; a replay of a long backlog gains a few points with 1 (BENCHMARKS.md, issue 4)."""
+    here; a backlog gains from one, which ``reader_backlog`` gives it."""
+    reader_backlog: int = Field(default=10_000, ge=0)
+    """A stream with no reader processes of its own (``control_readers`` 0) gets one while it catches up on a
+    backlog of at least this many messages (``VOLTBUS_PROJECTOR__READER_BACKLOG``; 0: never) when it opens the
+    stream: at start-up (a projector that was stopped while the log grew) and in ``voltbus replay``, which keeps it
+    to the end. A live projector goes back to reading the stream itself once less than a batch is left. Not when
+    the database holds more folded rollouts than the backlog has messages (the reader gets them all first). On two
+    cores, catching up on 60,000 control events took ~20% less time with a reader, on 10,000 about the same: the
+    reader's start and first cut cost a fixed time (BENCHMARKS.md, issue 4)."""
     training_refresh_s: float = Field(default=0.2, ge=0)
     """Shortest time between two training refreshes of the live projection (``VOLTBUS_PROJECTOR__TRAINING_REFRESH_S``):
     the training rows of attempts that end meanwhile are computed together, in one refresh of a few statements,

@@ -161,7 +161,7 @@ async def rebuild(
     """Build ``db`` from the log, up to a sequence or a time, printing rate and ETA; return the positions.
 
     ``adapter``: the settings of the training tables (default ``AdapterSettings()``)."""
-    if any(settings.projector.readers.values()):
+    if any(settings.projector.readers.values()) or settings.projector.reader_backlog:
         await asyncio.to_thread(forks.prestart)  # the readers' fork server, started once
     log_ = await EventLog.connect(settings.nats, name=f"voltbus-{label}")
     threads = settings.projector.duckdb_threads
@@ -177,7 +177,15 @@ async def rebuild(
 
         say(f"{label}: control 1..{ends['control']} and spans 1..{ends['spans']} into {db}")
         cfg = settings.projector
-        await project(projector, log_, ends=ends, progress=progress, batch_size=cfg.batch_size, readers=cfg.readers)
+        await project(
+            projector,
+            log_,
+            ends=ends,
+            progress=progress,
+            batch_size=cfg.batch_size,
+            readers=cfg.readers,
+            backlog=cfg.reader_backlog,
+        )
         meter.done = projector.applied
         positions = dict(projector.positions)
         say(meter.summary(f"rebuilt {db}; control seq {positions['control']}, spans seq {positions['spans']}"))

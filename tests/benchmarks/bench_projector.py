@@ -35,8 +35,9 @@ row. After the fill the captured rows are frozen out of the garbage collector (`
 neither side's collections scan the bench's own data.
 
 The voltbus side runs as the projector service and ``voltbus replay`` do by default (ProjectorSettings:
-the spans stream read and prepared in one reader process, control in the projector's process;
-``--span-readers`` / ``--control-readers`` change it, 0: in the projector's process). The readers' fork
+the spans stream read and prepared in one reader process; control too, as the stored backlog is larger than
+``reader_backlog``, else in the projector's process; ``--span-readers``, ``--control-readers`` and
+``--reader-backlog`` change it, 0: none). The readers' fork
 server is started before timing, as a running projector has it (its start, ~0.5 s once per process, is
 not counted; each run still starts its own reader processes).
 """
@@ -112,6 +113,8 @@ class Options:
     csv: Path | None = CSV_PATH
     readers: dict[str, int] = field(default_factory=lambda: ProjectorSettings().readers)
     """Reader processes per stream, as the projector service and ``voltbus replay`` run by default."""
+    backlog: int = field(default_factory=lambda: ProjectorSettings().reader_backlog)
+    """A backlog from which a stream with no readers gets one (``ProjectorSettings.reader_backlog``)."""
     span_batches: bool = False
     """Store the spans as voltbus writes them: each attempt's spans and reward as one SpanBatch (a runner's
     flush), its model calls one message each (the gateway's); else every span-stream event alone."""
@@ -375,6 +378,7 @@ async def vb_project(
     applies: list[Run] | None = None,
     readers: dict[str, int] | None = None,
     steady: list[Run] | None = None,
+    backlog: int = 0,
 ) -> Run:
     """project() of ``streams`` up to their ends into a fresh file; the time inside apply goes to ``applies``,
     the steady state of a one-stream run (after its first committed batch) to ``steady``."""
@@ -389,7 +393,9 @@ async def vb_project(
     try:
         ends = {s: (stored.ends[s] if s in streams else 0) for s in stored.ends}
         start = time.perf_counter()
-        await project(projector, stored.log, ends=ends, batch_size=batch, readers=readers or 0, progress=progress)
+        await project(
+            projector, stored.log, ends=ends, batch_size=batch, readers=readers or 0, progress=progress, backlog=backlog
+        )
         stop = time.perf_counter()
         check(projector.con, stored, streams)
         events = sum(stored.events[s] for s in streams)
@@ -403,13 +409,16 @@ async def vb_project(
         files.drop(path)
 
 
-async def vb_rebuild(stored: Stored, files: Files, batch: int, readers: dict[str, int] | None = None) -> Run:
+async def vb_rebuild(
+    stored: Stored, files: Files, batch: int, readers: dict[str, int] | None = None, backlog: int = 0
+) -> Run:
     """What ``voltbus replay --db new.duckdb`` runs (less process start-up): rebuild() of both streams."""
     path = files.new("replay")
     settings = Settings(nats=stored.log.settings)
     settings.projector.batch_size = batch
     settings.projector.control_readers = (readers or {}).get("control", 0)
     settings.projector.span_readers = (readers or {}).get("spans", 0)
+    settings.projector.reader_backlog = backlog
     try:
         start = time.perf_counter()
         positions = await rebuild(settings, path, lambda _: None)
@@ -481,7 +490,9 @@ async def case_ingest(b: Bench, stored: Stored, files: Files, options: Options) 
         steady: tuple[list[Run], list[Run]] = ([], [])
         vbs, raws = await alternate(
             b,
-            functools.partial(vb_project, stored, files, [stream], options.batch, applies, options.readers, steady[0]),
+            functools.partial(
+                vb_project, stored, files, [stream], options.batch, applies, options.readers, steady[0], options.backlog
+            ),
             functools.partial(raw_project, stored, files, [stream], steady[1]),
         )
         figures.append(summarize(f"project_{stream}", vbs, raws, notes[stream]))
@@ -499,7 +510,9 @@ async def case_ingest(b: Bench, stored: Stored, files: Files, options: Options) 
         figures.append(summarize(f"diag_{stream}_apply", applies, raws, "time inside Projector.apply during project()"))
     both = ("control", "spans")
     vbs, raws = await alternate(
-        b, lambda: vb_rebuild(stored, files, options.batch, options.readers), lambda: raw_project(stored, files, both)
+        b,
+        lambda: vb_rebuild(stored, files, options.batch, options.readers, options.backlog),
+        lambda: raw_project(stored, files, both),
     )
     figures.append(summarize("replay", vbs, raws, "rebuild() = voltbus replay, both streams, vs raw insert of both"))
     return figures
@@ -690,7 +703,7 @@ async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = pr
     try:
         t = time.perf_counter()
         stored = await fill(b, options)
-        if any(options.readers.values()):
+        if any(options.readers.values()) or options.backlog:
             forks.prestart()  # as a running projector has it: readers start in milliseconds
         gc.collect()
         gc.freeze()  # the captured rows stay out of every later collection: a projector process holds none of them
@@ -731,6 +744,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     p.add_argument("--no-csv", action="store_true", help="do not append to the ledger")
     p.add_argument("--span-readers", type=int, default=d.readers["spans"], help="spans reader processes (%(default)s)")
     p.add_argument("--control-readers", type=int, default=d.readers["control"], help="control readers (%(default)s)")
+    p.add_argument(
+        "--reader-backlog",
+        type=int,
+        default=d.backlog,
+        help="backlog that gets a stream a reader (%(default)s; 0: none)",
+    )
     p.add_argument("--span-batches", action="store_true", help="spans as voltbus writes them: a SpanBatch per attempt")
     a = p.parse_args(argv)
     return Options(
@@ -744,6 +763,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         time_cap=a.time_cap,
         csv=None if a.no_csv else a.csv,
         readers={"control": a.control_readers, "spans": a.span_readers},
+        backlog=a.reader_backlog,
         span_batches=a.span_batches,
     )
 

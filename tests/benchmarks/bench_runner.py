@@ -304,6 +304,7 @@ class VoltbusSide:
                 batch_size=p.batch_size,
                 max_wait=p.max_wait_s,
                 readers=self.opts.readers,
+                backlog=p.reader_backlog,
             )
         )
         self.runners = Runners(self.nats, self.sc, self.opts, self.tmp)

@@ -21,7 +21,7 @@ from voltbus.services.eventlog import EventLog
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store, connect
 
-from ..conftest import start_server
+from ..conftest import start_server, wait_for
 from . import training_workload
 from .conftest import dump
 from .test_lean import EVENTS, call_with
@@ -165,3 +165,67 @@ def test_the_fork_server_ends_quietly() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout.strip()) == (0, "True"), done.stderr
     assert "leaked" not in done.stderr, done.stderr
+
+
+def backlog_lines(caplog: pytest.LogCaptureFixture, what: str) -> list[str]:
+    """The streams named by the projector's log lines about backlog readers (``what``: "a backlog", "caught up at")."""
+    return sorted(r.getMessage().split(":")[0].split(" caught")[0] for r in caplog.records if what in r.getMessage())
+
+
+async def test_a_backlog_is_read_by_a_reader_until_it_is_caught_up(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="voltbus.projections.follow")
+    await write(store, 30)
+    ends = await ends_at(store.log)
+    assert min(ends.values()) > 40, ends
+    live = Live(store.log, tmp_path / "live.duckdb", readers=0, batch_size=7, backlog=20)
+    try:
+        await live.reach()
+        assert backlog_lines(caplog, "a backlog") == ["control", "spans"]
+        # once less than a batch is left, each stream is read here again
+        await wait_for(lambda: not reader.LIVE, 30, "the backlog readers stopped")
+        assert backlog_lines(caplog, "caught up at") == ["control", "spans"]
+        await write(store, 3, tag="late")  # a trickle: read here
+        await live.reach()
+        assert not reader.LIVE
+    finally:
+        tables = await live.tables()
+    assert tables == await build(store.log, tmp_path / "rebuilt.duckdb", readers=0)
+
+
+async def test_a_rebuild_keeps_its_backlog_reader_to_the_end(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="voltbus.projections.follow")
+    await write(store, 30)
+    here = await build(store.log, tmp_path / "here.duckdb", readers=0)
+    projector = Projector(tmp_path / "backlog.duckdb")
+    try:
+        await project(projector, store.log, ends=await ends_at(store.log), batch_size=7, backlog=20)
+        assert dump(projector.con) == here
+    finally:
+        projector.close()
+    assert backlog_lines(caplog, "a backlog") == ["control", "spans"]
+    assert backlog_lines(caplog, "caught up at") == []  # a bounded run keeps its readers
+    assert not reader.LIVE
+
+
+async def test_no_backlog_reader_when_the_database_holds_more_rollouts_than_the_backlog(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="voltbus.projections.follow")
+    await write(store, 30)
+    path = tmp_path / "grown.duckdb"
+    await build(store.log, path, readers=0)
+    await write(store, 2, tag="late")  # a few more events of each stream than the backlog needs
+    projector = Projector(path)
+    try:
+        behind = {s: end - projector.positions[s] for s, end in (await ends_at(store.log)).items()}
+        rollouts = projector.state_count()
+        assert 3 <= behind["control"] < rollouts and behind["spans"] >= 3, (behind, rollouts)
+        await project(projector, store.log, ends=await ends_at(store.log), batch_size=7, backlog=3)
+        assert dump(projector.con) == await build(store.log, tmp_path / "rebuilt.duckdb", readers=0)
+    finally:
+        projector.close()
+    assert backlog_lines(caplog, "a backlog") == ["spans"]  # the 30 folded rollouts would cost more to hand over

@@ -62,6 +62,9 @@ class NatsSettings(BaseModel):
     """Deliveries of one dispatch message before it is parked as a dead letter (the rollout fails)."""
     dequeue_wait_s: float = 0.05
     """How long ``dequeue_rollout`` waits for a queued rollout before returning nothing."""
+    query_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest wait of a store query (``query_*``) for the projector to apply this client's own writes; past it the
+    query fails with ``ProjectorUnavailable`` (``VOLTBUS_NATS__QUERY_TIMEOUT_S``)."""
     max_payload: int = 4 * 1024 * 1024
     """Largest event accepted, in bytes (the embedded server is started with this limit)."""
     control_max_bytes: int = -1

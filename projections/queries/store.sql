@@ -87,8 +87,9 @@ conditions AS (
         CASE WHEN $use_trace_id_contains THEN contains(trace_id, $trace_id_contains) END AS c2,
         CASE WHEN $use_span_id THEN span_id = $span_id END AS c3,
         CASE WHEN $use_span_id_contains THEN contains(span_id, $span_id_contains) END AS c4,
-        CASE WHEN $use_parent_id THEN parent_id = $parent_id END AS c5,
-        CASE WHEN $use_parent_id_contains THEN contains(parent_id, $parent_id_contains) END AS c6,
+        -- a root span (no parent) fails a parent filter, as in Agent Lightning, instead of ignoring it
+        CASE WHEN $use_parent_id THEN coalesce(parent_id = $parent_id, FALSE) END AS c5,
+        CASE WHEN $use_parent_id_contains THEN coalesce(contains(parent_id, $parent_id_contains), FALSE) END AS c6,
         CASE WHEN $use_name THEN name = $name END AS c7,
         CASE WHEN $use_name_contains THEN contains(name, $name_contains) END AS c8
     FROM scoped
@@ -123,20 +124,26 @@ final AS (
 SELECT * FROM final;
 
 -- name: query_resources
--- Resources bundles (the newest version of each) matching the id filters (and).
+-- Resources bundles (the newest version of each, in Agent Lightning's field names) matching the id filters (and).
 WITH versions AS (
     SELECT *, min(created_at) OVER (PARTITION BY name) AS first_created_at FROM resources
 ),
 
 newest AS (
-    SELECT * FROM versions
+    SELECT
+        name AS resources_id,
+        version,
+        resources,
+        first_created_at AS create_time,
+        created_at AS update_time
+    FROM versions
     QUALIFY row_number() OVER (PARTITION BY name ORDER BY version DESC) = 1
 ),
 
 matching AS (
     SELECT * FROM newest
-    WHERE (NOT $use_id OR name = $resources_id)
-        AND (NOT $use_contains OR contains(name, $resources_id_contains))
+    WHERE (NOT $use_id OR resources_id = $resources_id)
+        AND (NOT $use_contains OR contains(resources_id, $resources_id_contains))
 ),
 
 page AS (

@@ -1,11 +1,15 @@
 """The store's query_* methods over a live projector: filters (and/or), sorting, pagination, totals,
-and read-your-writes (a query sees what this client just wrote)."""
+and read-your-writes (a query sees what this client just wrote, or fails at its deadline)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from operator import attrgetter
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -13,24 +17,47 @@ from voltbus.schemas.errors import InvalidCommand
 from voltbus.schemas.resources import PromptTemplate
 from voltbus.services.projector.app import run
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
-from voltbus.store import EnqueueRolloutRequest, Span, Store, connect
+from voltbus.store import AttemptedRollout, EnqueueRolloutRequest, Span, Store, connect
+from voltbus.store.queries import SORTABLE, ProjectorUnavailable
 
 from ..conftest import free_port
+
+T = TypeVar("T")
+
+
+@asynccontextmanager
+async def projector(nats: NatsSettings, db: Path) -> AsyncIterator[str]:
+    """A projector of ``nats``'s namespace running in this test; yields the URL of its SQL endpoint."""
+    port = free_port()
+    settings = Settings(nats=nats, projector=ProjectorSettings(db=db, port=port))
+    stop, ready = asyncio.Event(), asyncio.Event()
+    serving = asyncio.create_task(run(settings, stop, ready))
+    await asyncio.wait_for(ready.wait(), 20)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop.set()
+        await serving
 
 
 @pytest.fixture
 async def queried(nats_settings: NatsSettings, tmp_path: Path) -> AsyncIterator[Store]:
     """A store whose queries go to a projector running in this test."""
-    port = free_port()
-    settings = Settings(nats=nats_settings, projector=ProjectorSettings(db=tmp_path / "p.duckdb", port=port))
-    stop, ready = asyncio.Event(), asyncio.Event()
-    serving = asyncio.create_task(run(settings, stop, ready))
-    await asyncio.wait_for(ready.wait(), 20)
-    store = await connect(settings=nats_settings, projector_url=f"http://127.0.0.1:{port}")
-    yield store
-    await store.close()
-    stop.set()
-    await serving
+    async with projector(nats_settings, tmp_path / "p.duckdb") as url:
+        store = await connect(settings=nats_settings, projector_url=url)
+        yield store
+        await store.close()
+
+
+def in_sql_order(items: list[T], key: Callable[[T], Any], order: str) -> list[T]:
+    """``items`` (given in tie-break order) as ``ORDER BY key <order> NULLS LAST, <tie-break>`` puts them."""
+    present = sorted((x for x in items if key(x) is not None), key=key, reverse=order == "desc")
+    return present + [x for x in items if key(x) is None]
+
+
+def sort_cases(query: str) -> list[tuple[str, str]]:
+    """Every (sort_by, sort_order) a query allows."""
+    return [(field, order) for field in SORTABLE[query] for order in ("asc", "desc")]
 
 
 async def setup_rollouts(store: Store) -> list[str]:
@@ -124,3 +151,200 @@ async def test_query_resources_and_workers(queried: Store) -> None:
     assert [w.worker_id for w in either] == ["w-a", "w-b"]
     assert (await queried.query_workers(status_in=["idle"], worker_id_contains="b")).total == 0
     assert (await queried.query_workers(worker_id_contains="b"))[0].heartbeat_stats["cpu_usage_pct"] == 5.0
+
+
+async def varied_rollouts(store: Store) -> dict[str, int]:
+    """Four rollouts that differ in every sortable field (with nulls); returns each one's attempt count."""
+    two = await store.start_rollout("a", mode="train", resources_id="rs-2")
+    await store.start_attempt(two.rollout_id)
+    queued = await store.enqueue_rollout("b", mode="val", resources_id="rs-1")
+    done = await store.start_rollout("c")
+    await store.update_attempt(done.rollout_id, done.attempt.attempt_id, status="succeeded")
+    failed = await store.start_rollout("d", mode="test", resources_id="rs-3")
+    await store.update_attempt(failed.rollout_id, failed.attempt.attempt_id, status="failed")
+    return {two.rollout_id: 2, queued.rollout_id: 0, done.rollout_id: 1, failed.rollout_id: 1}
+
+
+async def test_query_rollouts_sorts_by_every_sortable_field_both_ways(queried: Store) -> None:
+    attempts = await varied_rollouts(queried)
+    by_id = list(await queried.query_rollouts(sort_by="rollout_id"))  # the tie-break order
+    assert [r.rollout_id for r in by_id] == sorted(attempts)
+    for field, order in sort_cases("query_rollouts"):
+        key = (lambda r: attempts[r.rollout_id]) if field == "attempt_count" else attrgetter(field)
+        got = await queried.query_rollouts(sort_by=field, sort_order=order)
+        expected = in_sql_order(by_id, key, order)
+        assert [r.rollout_id for r in got] == [r.rollout_id for r in expected], (field, order)
+
+
+async def test_query_attempts_offset(queried: Store) -> None:
+    r = await queried.start_rollout("offset")
+    for _ in range(3):
+        await queried.start_attempt(r.rollout_id)
+    every = [a.attempt_id for a in await queried.query_attempts(r.rollout_id)]
+    rest = await queried.query_attempts(r.rollout_id, offset=1)
+    assert [a.attempt_id for a in rest] == every[1:] and (rest.total, rest.offset, rest.limit) == (4, 1, -1)
+    middle = await queried.query_attempts(r.rollout_id, sort_order="desc", limit=2, offset=1)
+    assert [a.attempt_id for a in middle] == every[::-1][1:3] and middle.total == 4
+    assert len(await queried.query_attempts(r.rollout_id, offset=4)) == 0
+
+
+ALPHA, BETA = "ab" + "0" * 30, "cd" + "0" * 30
+"""Two trace ids."""
+
+
+def sp(n: int) -> str:
+    """Span n's id, ``00000000000000e<n>``: "e" is in every span id, "e<n>" only in span n's."""
+    return f"{0xE0 + n:016x}"
+
+
+def traced(r: AttemptedRollout, attempt_id: str, n: int, trace: str, parent: int | None, ends: bool) -> Span:
+    """Span n (sequence id n) of an attempt, started at a time out of step with n."""
+    return Span(
+        rollout_id=r.rollout_id,
+        attempt_id=attempt_id,
+        sequence_id=n,
+        trace_id=trace,
+        span_id=sp(n),
+        parent_id=None if parent is None else sp(parent),
+        name="llm.call" if n % 2 else "tool.call",
+        start_time=float((3 * n) % 5),
+        end_time=10.0 - n if ends else None,
+    )
+
+
+async def add_traced_spans(store: Store) -> tuple[AttemptedRollout, list[Span]]:
+    """Two traces over two attempts, added out of sequence-id order; returns the spans in the order added."""
+    r = await store.start_rollout("traced")
+    second = (await store.start_attempt(r.rollout_id)).attempt.attempt_id
+    first = r.attempt.attempt_id
+    spans = [
+        traced(r, first, 2, ALPHA, 1, ends=False),
+        traced(r, first, 1, ALPHA, None, ends=True),
+        traced(r, second, 4, BETA, 3, ends=True),
+        traced(r, second, 3, BETA, 1, ends=False),
+    ]
+    await store.add_many_spans(spans)
+    return r, spans
+
+
+async def test_query_spans_trace_span_and_parent_filters(queried: Store) -> None:
+    r, _ = await add_traced_spans(queried)
+
+    async def ids(**filters: Any) -> set[str]:
+        return {s.span_id for s in await queried.query_spans(r.rollout_id, **filters)}
+
+    assert await ids(trace_id=ALPHA) == {sp(1), sp(2)}
+    assert await ids(trace_id=ALPHA[:2]) == set()  # exact, not a prefix
+    assert await ids(trace_id_contains=BETA[:2]) == {sp(3), sp(4)}
+    assert await ids(span_id=sp(3)) == {sp(3)}
+    assert await ids(span_id=sp(3)[-2:]) == set()
+    assert await ids(parent_id=sp(3)) == {sp(4)}
+    assert await ids(parent_id_contains="e1") == {sp(2), sp(3)}
+    assert await ids(parent_id_contains="e") == {sp(2), sp(3), sp(4)}  # a root span has no parent to match
+    assert await ids(trace_id=ALPHA, parent_id_contains="e3", filter_logic="or") == {sp(1), sp(2), sp(4)}
+    assert await ids(trace_id=ALPHA, parent_id_contains="e3") == set()
+
+
+async def test_query_spans_total_of_a_page(queried: Store) -> None:
+    r, _ = await add_traced_spans(queried)
+    page = await queried.query_spans(r.rollout_id, limit=2, offset=1)
+    assert [s.sequence_id for s in page] == [2, 3] and (page.total, page.limit, page.offset) == (4, 2, 1)
+    filtered = await queried.query_spans(r.rollout_id, parent_id_contains="e", limit=1)
+    assert len(filtered) == 1 and filtered.total == 3
+    assert (await queried.query_spans(r.rollout_id, "latest", limit=1, offset=5)).total == 2
+
+
+async def test_query_spans_sorts_by_every_sortable_field_both_ways(queried: Store) -> None:
+    r, added = await add_traced_spans(queried)
+    position = {s.span_id: i for i, s in enumerate(added)}  # seq, the stream order, is the tie-break
+    for field, order in sort_cases("query_spans"):
+        key = (lambda s: position[s.span_id]) if field == "seq" else attrgetter(field)
+        got = await queried.query_spans(r.rollout_id, sort_by=field, sort_order=order)
+        assert [s.span_id for s in got] == [s.span_id for s in in_sql_order(added, key, order)], (field, order)
+    with pytest.raises(InvalidCommand, match="cannot sort by 'attributes'"):
+        await queried.query_spans(r.rollout_id, sort_by="attributes")
+
+
+async def test_query_resources_exact_id_sort_and_pages(queried: Store) -> None:
+    a = await queried.add_resources({"p": PromptTemplate(template="a1")})
+    b = await queried.add_resources({"p": PromptTemplate(template="b1")})
+    await queried.update_resources(a.resources_id, {"p": PromptTemplate(template="a2")})
+    c = await queried.add_resources({"p": PromptTemplate(template="c1")})
+    every = await queried.query_resources()  # creation order, as Agent Lightning's insertion order
+    assert [x.resources_id for x in every] == [a.resources_id, b.resources_id, c.resources_id]
+    assert [x.resources_id for x in await queried.query_resources(resources_id=b.resources_id)] == [b.resources_id]
+    assert (await queried.query_resources(resources_id=b.resources_id[:-1])).total == 0  # exact, not a prefix
+    both = await queried.query_resources(resources_id=a.resources_id, resources_id_contains=b.resources_id)
+    assert both.total == 0  # the two filters are ANDed
+    by_id = sorted(every, key=attrgetter("resources_id"))
+    for field, order in sort_cases("query_resources"):
+        got = await queried.query_resources(sort_by=field, sort_order=order)
+        expected = in_sql_order(by_id, attrgetter(field), order)
+        assert [x.resources_id for x in got] == [x.resources_id for x in expected], (field, order)
+    page = await queried.query_resources(sort_by="update_time", sort_order="desc", limit=2, offset=1)
+    newest_first = in_sql_order(by_id, attrgetter("update_time"), "desc")
+    assert [x.resources_id for x in page] == [x.resources_id for x in newest_first[1:3]]
+    assert (page.total, page.limit, page.offset) == (3, 2, 1)
+
+
+async def varied_workers(store: Store) -> None:
+    """Four workers: busy by a direct start, busy by a claim, idle after a success, heartbeat only."""
+    await store.start_rollout("busy", worker_id="w-b")
+    await store.enqueue_rollout("claimed")
+    assert await store.dequeue_rollout(worker_id="w-d") is not None
+    done = await store.start_rollout("done", worker_id="w-a")
+    await store.update_attempt(done.rollout_id, done.attempt.attempt_id, status="succeeded")
+    await store.update_worker("w-c", {"cpu_usage_pct": 1.0})
+
+
+async def test_query_workers_sort_and_pages(queried: Store) -> None:
+    await varied_workers(queried)
+    by_id = list(await queried.query_workers())
+    assert [w.worker_id for w in by_id] == ["w-a", "w-b", "w-c", "w-d"]
+    for field, order in sort_cases("query_workers"):
+        got = await queried.query_workers(sort_by=field, sort_order=order)
+        expected = in_sql_order(by_id, attrgetter(field), order)
+        assert [w.worker_id for w in got] == [w.worker_id for w in expected], (field, order)
+    page = await queried.query_workers(sort_by="last_busy_time", sort_order="desc", limit=2, offset=1)
+    busiest = in_sql_order(by_id, attrgetter("last_busy_time"), "desc")
+    assert [w.worker_id for w in page] == [w.worker_id for w in busiest[1:3]] and page.total == 4
+    busy = await queried.query_workers(status_in=["busy"], limit=1, offset=1)
+    assert [w.worker_id for w in busy] == ["w-d"] and busy.total == 2
+
+
+async def test_queries_see_this_clients_last_write(queried: Store) -> None:
+    r = await queried.start_rollout("ryw")
+    for n in range(1, 6):  # each query right after its write: no wait but the client's own
+        await queried.add_span(traced(r, r.attempt.attempt_id, n, ALPHA, None, ends=True))
+        assert (await queried.query_spans(r.rollout_id)).total == n
+        await queried.update_worker("w-ryw", {"cpu_usage_pct": float(n)})
+        [worker] = await queried.query_workers(worker_id_contains="ryw")
+        assert worker.heartbeat_stats is not None and worker.heartbeat_stats["cpu_usage_pct"] == n
+
+
+async def test_query_fails_at_its_deadline_when_the_projector_never_gets_there(
+    nats_settings: NatsSettings, tmp_path: Path
+) -> None:
+    elsewhere = nats_settings.model_copy(update={"namespace": nats_settings.namespace + "x"})
+    hasty = nats_settings.model_copy(update={"query_timeout_s": 0.5})
+    async with projector(elsewhere, tmp_path / "p.duckdb") as url:  # follows another namespace's log
+        store = await connect(settings=hasty, projector_url=url)
+        try:
+            await store.start_rollout("never seen")
+            started = time.monotonic()
+            with pytest.raises(ProjectorUnavailable, match=r"did not apply this client's writes within 0\.5 s"):
+                await store.query_rollouts()
+            assert 0.5 <= time.monotonic() - started < 10
+        finally:
+            await store.close()
+
+
+async def test_query_without_a_projector_fails_at_once(nats_settings: NatsSettings) -> None:
+    store = await connect(settings=nats_settings, projector_url=f"http://127.0.0.1:{free_port()}")
+    try:
+        started = time.monotonic()
+        with pytest.raises(ProjectorUnavailable, match="start `voltbus projector`"):
+            await store.query_workers()
+        assert time.monotonic() - started < 10
+    finally:
+        await store.close()

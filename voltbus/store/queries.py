@@ -1,8 +1,9 @@
 """Store queries (Agent Lightning's ``query_*``): SQL on the projection, through the running projector.
 
 Every query first waits until the projector has applied everything this client wrote, so a caller
-sees its own writes. Filters combine with ``filter_logic`` "and" / "or"; with "or" and no filter
-every row matches (Agent Lightning returns nothing there, a quirk voltbus does not copy).
+sees its own writes; past ``NatsSettings.query_timeout_s`` it fails with ProjectorUnavailable.
+Filters combine with ``filter_logic`` "and" / "or"; with "or" and no filter every row matches
+(Agent Lightning returns nothing there, a quirk voltbus does not copy). docs/store-queries.md.
 """
 
 from __future__ import annotations
@@ -28,31 +29,60 @@ _QUERIES = {b.name: b.sql for b in parse((SQL_DIR / "queries" / "store.sql").rea
 _state = msgspec.json.Decoder(RolloutState)
 _resources = msgspec.json.Decoder(dict[str, Resource])
 
-SORTABLE = {
+SORTABLE = {  # the scalar fields of each record (Agent Lightning's names), plus attempt_count and seq
     "query_rollouts": ("rollout_id", "status", "mode", "resources_id", "start_time", "end_time", "attempt_count"),
-    "query_attempts": ("sequence_id", "attempt_id", "status", "worker_id", "start_time", "end_time"),
-    "query_spans": ("sequence_id", "name", "start_time", "end_time", "span_id", "trace_id", "seq"),
-    "query_resources": ("name", "version", "created_at", "first_created_at"),
-    "query_workers": ("worker_id", "status", "last_heartbeat_time", "last_dequeue_time", "last_busy_time"),
+    "query_attempts": (
+        "rollout_id",
+        "attempt_id",
+        "sequence_id",
+        "status",
+        "worker_id",
+        "start_time",
+        "end_time",
+        "last_heartbeat_time",
+    ),
+    "query_spans": (
+        "rollout_id",
+        "attempt_id",
+        "sequence_id",
+        "trace_id",
+        "span_id",
+        "parent_id",
+        "name",
+        "start_time",
+        "end_time",
+        "seq",
+    ),
+    "query_resources": ("resources_id", "version", "create_time", "update_time"),
+    "query_workers": (
+        "worker_id",
+        "status",
+        "last_heartbeat_time",
+        "last_dequeue_time",
+        "last_busy_time",
+        "last_idle_time",
+        "current_rollout_id",
+        "current_attempt_id",
+    ),
 }
 DEFAULT_ORDER = {
     "query_rollouts": "start_time",
     "query_attempts": "sequence_id",
     "query_spans": "sequence_id",
-    "query_resources": "created_at",
+    "query_resources": "create_time",
     "query_workers": "worker_id",
 }
 TIEBREAK = {
     "query_rollouts": "rollout_id",
     "query_attempts": "attempt_id",
     "query_spans": "seq, seq_index",
-    "query_resources": "name",
+    "query_resources": "resources_id",
     "query_workers": "worker_id",
 }
 
 
 class ProjectorUnavailable(VoltbusError):
-    """The projector that serves queries did not answer."""
+    """The projector that serves queries did not answer, or had not applied this client's writes in time."""
 
 
 def order_clause(query: str, sort_by: str | None, sort_order: str) -> str:
@@ -90,18 +120,28 @@ class QueryMethods(StoreBase):
     ) -> tuple[list[dict[str, Any]], int]:
         sql = _QUERIES[name].replace("{order}", order)
         params = {**params, "limit": None if limit < 0 else limit, "offset": max(offset, 0)}
-        body = {"sql": sql, "params": params, "min_seq": dict(self.log.written), "timeout": 30}
+        deadline = self.settings.query_timeout_s
+        body = {"sql": sql, "params": params, "min_seq": dict(self.log.written), "timeout": deadline}
         url = self.projector_url.rstrip("/") + "/sql"
         try:
             async with httpx.AsyncClient() as client:
-                response = await client.post(url, json=body, timeout=60)
+                response = await client.post(url, json=body, timeout=deadline + 30)  # room for the SQL itself
         except httpx.TransportError as exc:
             raise ProjectorUnavailable(f"no projector answers at {url} ({exc}): start `voltbus projector`") from None
+        if response.status_code == 504:
+            raise ProjectorUnavailable(self._behind(url, response.json().get("error", "")))
         if response.status_code != 200:
             raise InvalidCommand(response.json().get("error", response.text))
         rows = from_ipc(response.content).to_pylist()
         total = int(rows[0]["total"]) if rows else 0
         return [r for r in rows if r.get("page_position") is not None], total
+
+    def _behind(self, url: str, error: str) -> str:
+        """Why a query gave up waiting for this client's writes to reach the projection."""
+        return (
+            f"the projector at {url} did not apply this client's writes within {self.settings.query_timeout_s:g} s"
+            f" ({error}): is it running, caught up, and following namespace {self.settings.namespace!r}?"
+        )
 
     async def query_rollouts(
         self,
@@ -231,9 +271,9 @@ class QueryMethods(StoreBase):
         rows, total = await self._query("query_resources", order, params, limit, offset)
         items = [
             ResourcesUpdate(
-                resources_id=r["name"],
-                create_time=r["first_created_at"],
-                update_time=r["created_at"],
+                resources_id=r["resources_id"],
+                create_time=r["create_time"],
+                update_time=r["update_time"],
                 version=r["version"],
                 resources=_resources.decode(r["resources"]),
             )

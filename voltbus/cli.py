@@ -169,17 +169,26 @@ def export(
 
 @app.command()
 def replay(
-    db: Annotated[Path, typer.Option("--db", help="the NEW DuckDB file to build")],
+    db: Annotated[Path, typer.Option("--db", help="the NEW DuckDB file to build (an existing one: see --from-seq)")],
     to_seq: Annotated[int | None, typer.Option(help="stop at this control-stream sequence")] = None,
     to_time: Annotated[str | None, typer.Option(help="stop at this time (epoch seconds or ISO 8601)")] = None,
-    from_seq: Annotated[int | None, typer.Option(help="start at this control-stream sequence")] = None,
+    from_seq: Annotated[
+        int | None,
+        typer.Option(
+            help="go on with the EXISTING --db file (a copy of a projection) from this control-stream sequence: "
+            "its control checkpoint + 1, else refused"
+        ),
+    ] = None,
+    progress_every: Annotated[float, typer.Option(help="seconds between progress lines")] = 1.0,
     nats_url: NatsUrl = None,
 ) -> None:
-    """Rebuild every table from the log into a new database, up to a point in the past if asked."""
+    """Rebuild every table from the log into a new database, up to a point in the past if asked (or go on with a
+    copy of one: --from-seq)."""
     from voltbus.services.projector.client import parse_time, rebuild_sync
 
     until = parse_time(to_time) if to_time else None
-    rebuild_sync(settings_for(nats_url), db, say, to_seq=to_seq, to_time=until, from_seq=from_seq)
+    settings = settings_for(nats_url)
+    rebuild_sync(settings, db, say, to_seq=to_seq, to_time=until, from_seq=from_seq, every=progress_every)
 
 
 @app.command()

@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.csv
 import pyarrow.parquet
 
-from voltbus.projections import forks
+from voltbus.projections import forks, rewind
 from voltbus.projections.adapter import AdapterSettings
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.ipc import from_ipc
-from voltbus.projections.projector import Projector
+from voltbus.projections.projector import PROJECTION_VERSION, STREAMS, Projector
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.services.eventlog import EventLog
 from voltbus.services.progress import Meter
@@ -95,7 +95,8 @@ def render(table: pa.Table, fmt: str, out: Path | None = None) -> None:
 
 
 def interactive(settings: Settings, db: Path | None, say: Callable[[str], None]) -> None:
-    """A prompt: one query per line, until an empty line after EOF, ``.quit`` or Ctrl-D."""
+    """A prompt: one query per line, until ``.quit``, ``.exit`` or the end of the input (Ctrl-D); a query that
+    fails prints its error and the prompt goes on."""
     say("read-only SQL on the projection; end with Ctrl-D or .quit")
     while True:
         try:
@@ -157,43 +158,130 @@ async def rebuild(
     from_seq: int | None = None,
     adapter: AdapterSettings | None = None,
     label: str = "replay",
+    every: float = 1.0,
 ) -> dict[str, int]:
-    """Build ``db`` from the log, up to a sequence or a time, printing rate and ETA; return the positions.
+    """Build ``db`` from the log, up to a sequence or a time, printing rate and ETA (a line at most every
+    ``every`` seconds); return the positions.
 
-    ``adapter``: the settings of the training tables (default ``AdapterSettings()``)."""
+    ``from_seq``: go on with the projection ``db`` already holds, whose control checkpoint must be
+    ``from_seq - 1`` (``continued``); 1 on a new file is a rebuild from the start. ``adapter``: the settings of
+    the training tables (default ``AdapterSettings()``)."""
+    if to_seq is not None and to_time is not None:
+        raise InvalidCommand("--to-seq and --to-time: give one of them")
     if any(settings.projector.readers.values()) or settings.projector.reader_backlog:
         await asyncio.to_thread(forks.prestart)  # the readers' fork server, started once
     log_ = await EventLog.connect(settings.nats, name=f"voltbus-{label}")
-    threads = settings.projector.duckdb_threads
-    projector = Projector(db, adapter, defer_training=True, threads=threads)  # one training pass at the end
     try:
-        if from_seq:
-            projector.positions["control"] = from_seq - 1
         ends = await ends_at(log_, to_seq, to_time)
-        meter = Meter(label, sum(max(0, ends[s] - projector.positions[s]) for s in ends), say, unit="events")
-
-        def progress(stream: str, position: int, end: int) -> None:
-            meter.add(projector.applied - meter.done)
-
-        say(f"{label}: control 1..{ends['control']} and spans 1..{ends['spans']} into {db}")
-        cfg = settings.projector
-        await project(
-            projector,
-            log_,
-            ends=ends,
-            progress=progress,
-            batch_size=cfg.batch_size,
-            readers=cfg.readers,
-            backlog=cfg.reader_backlog,
-        )
-        meter.done = projector.applied
-        positions = dict(projector.positions)
-        say(meter.summary(f"rebuilt {db}; control seq {positions['control']}, spans seq {positions['spans']}"))
-        await asyncio.to_thread(training_pass, projector, label, say)
-        return positions
+        going_on = from_seq is not None and await continued(log_, db, from_seq, ends)
+        # a new file leaves its training tables for one pass at the end; one that goes on keeps them up as a
+        # live projector does (telemetry of attempts that ended before its checkpoint makes their rows again)
+        threads = settings.projector.duckdb_threads
+        projector = Projector(db, adapter, defer_training=not going_on, threads=threads)
+        try:
+            return await _rebuild(settings, projector, log_, ends, say, label, every)
+        finally:
+            projector.close()
     finally:
-        projector.close()
         await log_.close()
+
+
+async def _rebuild(
+    settings: Settings,
+    projector: Projector,
+    log_: EventLog,
+    ends: dict[str, int],
+    say: Callable[[str], None],
+    label: str,
+    every: float,
+) -> dict[str, int]:
+    """Apply the log from ``projector``'s checkpoints to ``ends`` with progress, then the deferred training pass."""
+    at = dict(projector.positions)
+    meter = Meter(label, sum(max(0, ends[s] - at[s]) for s in ends), say, unit="events", every=every)
+
+    def progress(stream: str, position: int, end: int) -> None:
+        meter.add(projector.applied - meter.done)
+
+    db, spans = projector.path, f"spans {at['spans'] + 1}..{ends['spans']}"
+    say(f"{label}: control {at['control'] + 1}..{ends['control']} and {spans} into {db}")
+    cfg = settings.projector
+    await project(
+        projector,
+        log_,
+        ends=ends,
+        progress=progress,
+        batch_size=cfg.batch_size,
+        readers=cfg.readers,
+        backlog=cfg.reader_backlog,
+    )
+    meter.done = projector.applied
+    positions = dict(projector.positions)
+    say(meter.summary(f"rebuilt {db}; control seq {positions['control']}, spans seq {positions['spans']}"))
+    await asyncio.to_thread(training_pass, projector, label, say)
+    return positions
+
+
+async def continued(log_: EventLog, db: Path, from_seq: int, ends: dict[str, int]) -> bool:
+    """Whether ``db`` holds a projection to go on with from control sequence ``from_seq`` (False: a new file,
+    ``from_seq`` 1). Anything else is refused before the file is touched: a missing file past 1, one a projector
+    holds, another projection version, a control checkpoint other than ``from_seq - 1``, checkpoints the log no
+    longer holds as applied (a copy of another log), or checkpoints past ``ends``."""
+    if from_seq < 1:
+        raise InvalidCommand(f"--from-seq {from_seq}: sequences start at 1")
+    stored = await asyncio.to_thread(stored_checkpoints, db)
+    if stored is None:
+        if from_seq == 1:
+            return False
+        raise InvalidCommand(
+            f"--from-seq {from_seq} goes on with an existing database whose control checkpoint is {from_seq - 1}, "
+            f"and {db} does not exist: replay without --from-seq builds it from the start"
+        )
+    version, checkpoints = stored
+    if version != str(PROJECTION_VERSION):
+        raise InvalidCommand(
+            f"{db} was built by projection version {version}, not {PROJECTION_VERSION}: it cannot be continued; "
+            "replay without --from-seq into a new file"
+        )
+    at = {s: checkpoints.get(s, (0, 0.0))[0] for s in STREAMS}
+    if at["control"] != from_seq - 1:
+        raise InvalidCommand(
+            f"--from-seq {from_seq} does not continue {db}: its control checkpoint is {at['control']}, "
+            f"so it goes on with --from-seq {at['control'] + 1}"
+        )
+    for stream in STREAMS:
+        divergence = await rewind.check(log_, stream, *checkpoints.get(stream, (0, 0.0)))
+        if divergence is not None:
+            raise InvalidCommand(
+                f"{db} is not a projection of this log ({stream}: {divergence.reason}): "
+                "replay without --from-seq into a new file"
+            )
+    if any(ends[s] < at[s] for s in STREAMS):
+        raise InvalidCommand(
+            f"{db} is past where this replay stops (control seq {ends['control']}, spans seq {ends['spans']}): "
+            f"its checkpoints are control {at['control']}, spans {at['spans']}, and a database is never taken back; "
+            "replay without --from-seq into a new file"
+        )
+    return True
+
+
+def stored_checkpoints(db: Path) -> tuple[str | None, dict[str, tuple[int, float]]] | None:
+    """The projection version that built ``db`` (None: not a projection) and its checkpoints (seq, stored time);
+    None when there is no such file."""
+    if not db.exists():
+        return None
+    try:
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            raise InvalidCommand(f"{db} is open by a running projector: continue a copy of it, or stop it") from None
+        raise
+    with con:
+        try:
+            row = con.execute("SELECT value FROM projection_meta WHERE key = 'version'").fetchone()
+            rows = con.execute("SELECT stream, seq, updated_at FROM checkpoints").fetchall()
+        except duckdb.CatalogException:
+            return None, {}
+    return (row[0] if row else None), {stream: (seq, stamp) for stream, seq, stamp in rows}
 
 
 def training_pass(projector: Projector, label: str, say: Callable[[str], None]) -> None:
@@ -209,7 +297,10 @@ def training_pass(projector: Projector, label: str, say: Callable[[str], None]) 
 
 
 def rebuild_sync(settings: Settings, db: Path, say: Callable[[str], None], **kwargs: object) -> None:
-    """``rebuild`` for the command line; refuses to overwrite an existing file."""
-    if db.exists():
-        raise InvalidCommand(f"{db} already exists: replay builds a new database, choose another path")
+    """``rebuild`` for the command line; an existing file only goes on with ``from_seq`` (never overwritten)."""
+    if db.exists() and kwargs.get("from_seq") is None:
+        raise InvalidCommand(
+            f"{db} already exists: replay builds a new database, choose another path "
+            "(to go on with this one, pass --from-seq: its control checkpoint + 1)"
+        )
     asyncio.run(rebuild(settings, db, say, **kwargs))  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 
 import duckdb
@@ -109,7 +110,10 @@ async def test_restart_resumes_at_the_checkpoint(store: Store, tmp_path: Path) -
     assert resumed == await build(store, tmp_path / "fresh.duckdb")
 
 
-def test_a_gap_in_the_stream_is_recorded(tmp_path: Path) -> None:
+def test_a_gap_in_the_stream_is_recorded_and_logged_as_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="voltbus.projections")
     projector = Projector(tmp_path / "p.duckdb")
     try:
         event = AttemptStarted(event_id="e", rollout_id="r1", attempt_id="a1", at=1.0)
@@ -119,6 +123,8 @@ def test_a_gap_in_the_stream_is_recorded(tmp_path: Path) -> None:
         assert projector.positions["control"] == 5
     finally:
         projector.close()
+    errors = [(r.levelno, r.getMessage()) for r in caplog.records if "GAP" in r.getMessage()]
+    assert errors == [(logging.ERROR, "GAP in control: after seq 2 came 5 (messages missing from the log)")]
 
 
 def test_the_database_runs_with_the_threads_it_is_given(tmp_path: Path) -> None:

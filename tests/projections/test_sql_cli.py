@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,14 +20,22 @@ from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import Store
 
 from ..conftest import free_port
+from .conftest import projected
 from .workload import write
 
 VOLTBUS = [sys.executable, "-c", "from voltbus.cli import main; main()"]
 
 
-async def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+async def cli(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """``voltbus ARGS`` in a new process, with ``stdin`` as its input."""
     return await asyncio.to_thread(
-        subprocess.run, [*VOLTBUS, *args], capture_output=True, text=True, timeout=60, env={**os.environ, **env}
+        subprocess.run,
+        [*VOLTBUS, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
     )
 
 
@@ -87,3 +97,39 @@ async def test_sql_export_and_replay_on_a_live_system(
     assert offline.returncode == 0 and "n" in offline.stdout
     nobody = await cli("sql", "SELECT 1", env={**env, "VOLTBUS_PROJECTOR__URL": "http://127.0.0.1:1"})
     assert nobody.returncode == 1 and "no projector answers at http://127.0.0.1:1/sql" in nobody.stderr
+
+
+async def test_sql_as_json_parquet_and_at_the_prompt_on_a_file_no_one_writes(store: Store, tmp_path: Path) -> None:
+    await write(store, 6)
+    db = tmp_path / "p.duckdb"
+    await projected(store, db)
+    env: dict[str, str] = {}
+    ids = "SELECT rollout_id, status, attempt_count FROM rollouts ORDER BY rollout_id"
+    query = "SELECT * FROM model_calls ORDER BY seq, seq_index"
+    with duckdb.connect(str(db), read_only=True) as con:
+        expected, calls = con.sql(ids).to_arrow_table().to_pylist(), con.sql(query).to_arrow_table()
+    as_json = await cli("sql", ids, "--db", str(db), "--format", "json", env=env)
+    assert as_json.returncode == 0, as_json.stderr
+    assert [json.loads(line) for line in as_json.stdout.splitlines()] == expected and len(expected) == 6
+
+    out = tmp_path / "calls.parquet"
+    as_parquet = await cli("sql", query, "--db", str(db), "--format", "parquet", "--out", str(out), env=env)
+    assert as_parquet.returncode == 0, as_parquet.stderr
+    written = pq.read_table(out)
+    assert written.column_names == calls.column_names and written.num_rows == calls.num_rows > 0
+    assert written.to_pylist() == calls.to_pylist()
+    no_out = await cli("sql", query, "--db", str(db), "--format", "parquet", env=env)
+    assert no_out.returncode == 1 and no_out.stderr.strip() == "voltbus: error: --format parquet needs --out FILE"
+
+    lines = ["SELECT count(*) AS total FROM rollouts", "SELECT nope FROM rollouts", "SELECT 40 + 2 AS answer", ".quit"]
+    prompt = await cli("sql", "--db", str(db), env=env, stdin="\n".join([*lines, "SELECT 'after quit'"]) + "\n")
+    assert prompt.returncode == 0, prompt.stderr
+    banner, total, bad, answer, after = prompt.stdout.split("voltbus> ")  # what each line got, up to the next prompt
+    assert banner == "voltbus: read-only SQL on the projection; end with Ctrl-D or .quit\n"
+    assert "total" in total and re.search(r"│\s+6 │", total)
+    assert bad.startswith("voltbus: error: SQL error: ") and 'column "nope" not found' in bad
+    assert "answer" in answer and re.search(r"│\s+42 │", answer)  # the prompt went on after the error
+    assert after == ""  # .quit ended it
+    at_eof = await cli("sql", "--db", str(db), env=env, stdin="SELECT 7 * 6 AS product\n")
+    assert at_eof.returncode == 0 and re.search(r"│\s+42 │", at_eof.stdout)  # the end of the input ends it too
+    assert at_eof.stdout.endswith("voltbus> ")

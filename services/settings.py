@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -186,6 +186,16 @@ class ProjectorSettings(BaseModel):
     def readers(self) -> dict[str, int]:
         """Reader processes per stream."""
         return {"control": self.control_readers, "spans": self.span_readers}
+
+    @property
+    def feeding(self) -> dict[str, Any]:
+        """``projections.follow.project``'s keyword arguments from these settings: batches, readers, backlog."""
+        return {
+            "batch_size": self.batch_size,
+            "max_wait": self.max_wait_s,
+            "readers": self.readers,
+            "backlog": self.reader_backlog,
+        }
 
 
 class DashboardSettings(BaseModel):

@@ -125,18 +125,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
                 await asyncio.sleep(0.01)  # uvicorn offers no start-up event
             if ready is not None:
                 ready.set()
-            tasks.create_task(
-                project(
-                    projector,
-                    eventlog,
-                    stop=stop,
-                    progress=progress,
-                    batch_size=cfg.batch_size,
-                    max_wait=cfg.max_wait_s,
-                    readers=cfg.readers,
-                    backlog=cfg.reader_backlog,
-                )
-            )
+            tasks.create_task(project(projector, eventlog, stop=stop, progress=progress, **cfg.feeding))
             await stop.wait()
             server.should_exit = True
             await serving

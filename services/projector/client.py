@@ -204,16 +204,7 @@ async def _rebuild(
 
     db, spans = projector.path, f"spans {at['spans'] + 1}..{ends['spans']}"
     say(f"{label}: control {at['control'] + 1}..{ends['control']} and {spans} into {db}")
-    cfg = settings.projector
-    await project(
-        projector,
-        log_,
-        ends=ends,
-        progress=progress,
-        batch_size=cfg.batch_size,
-        readers=cfg.readers,
-        backlog=cfg.reader_backlog,
-    )
+    await project(projector, log_, ends=ends, progress=progress, **settings.projector.feeding)
     meter.done = projector.applied
     positions = dict(projector.positions)
     say(meter.summary(f"rebuilt {db}; control seq {positions['control']}, spans seq {positions['spans']}"))

@@ -4,10 +4,13 @@ and the attempt's end (succeeded, or failed with the error recorded)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
+import threading
 import traceback
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -21,10 +24,15 @@ from voltbus.store import AttemptedRollout, Store
 from .results import record_result
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class MissingResources(VoltbusError):
     """The rollout names a resources version the log does not have."""
+
+
+CANCELLED = ErrorInfo(type="Cancelled", message="the runner stopped during the rollout")
+"""The error of an attempt still running when its runner stopped (past ``shutdown_grace_s``)."""
 
 
 async def resources_for(store: Store, rollout: AttemptedRollout) -> dict[str, Any]:
@@ -61,7 +69,39 @@ async def call_agent(agent: LitAgent[Any], rollout: AttemptedRollout, resources:
         method = agent.training_rollout_async if train else agent.validation_rollout_async
         return await method(rollout.input, resources=resources, rollout=rollout)
     method = agent.training_rollout if train else agent.validation_rollout
-    return await asyncio.to_thread(method, rollout.input, resources=resources, rollout=rollout)
+    return await in_thread(lambda: method(rollout.input, resources=resources, rollout=rollout))
+
+
+async def in_thread(work: Callable[[], T]) -> T:
+    """``work()`` in a daemon thread of its own, in the caller's context (as ``asyncio.to_thread``, but a
+    sync agent stuck in blocking code, timed out or cancelled, neither holds the process at exit, where the
+    default executor's threads are joined, nor keeps one of that executor's few threads, cores + 4, that
+    later rollouts and the runner's own work queue behind)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if done.done():  # the awaiting rollout was cancelled meanwhile
+            return
+        if error is None:
+            done.set_result(result)
+        else:
+            done.set_exception(error)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = context.run(work)
+        except Exception as exc:
+            error = exc
+        except BaseException as exc:  # SystemExit and the like must fail the attempt, not end the slot
+            error = RuntimeError(f"the agent raised {type(exc).__name__}: {exc}")
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="voltbus-agent", daemon=True).start()
+    return await done
 
 
 async def fire(hooks: Sequence[Any], name: str, **kwargs: Any) -> None:
@@ -116,7 +156,7 @@ async def run_rollout(
             await fire(hooks, "on_trace_end", agent=agent, runner=runner, tracer=tracer, rollout=rollout)
             spans = await record_result(store, rollout, result)
     except asyncio.CancelledError as exc:
-        error, raised = ErrorInfo(type="Cancelled", message="the runner stopped during the rollout"), exc
+        error, raised = CANCELLED, exc
     except Exception as exc:
         if isinstance(exc, TimeoutError) and limit is not None and limit.expired():
             # the agent ran past timeout_seconds (a sync agent's thread cannot be stopped: use --isolate)

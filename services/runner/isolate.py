@@ -6,8 +6,9 @@ pipe descriptors. It runs the rollout as an in-process slot would, with a tracer
 ``PipeStore``: every write goes to this runner as a request frame, which ``PipeServer`` carries out
 for the child's own attempt only (see ``pipe.py``). The agent's stdout and stdin stay its own.
 The runner's heartbeat thread keeps beating for the attempt while the child runs; a kill at the
-timeout expires the attempt as ``timeout`` (so the retry policy applies), and a child that dies
-without ending its attempt fails it with the exit status.
+timeout expires the attempt as ``timeout`` (so the retry policy applies), a child that dies
+without ending its attempt fails it with the exit status, and one still running when the runner stops
+(past ``shutdown_grace_s``) is killed and its attempt fails as ``Cancelled``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from voltbus.schemas.resources import Resource
 from voltbus.schemas.rollouts import ErrorInfo
 from voltbus.store import AttemptedRollout, Store
 
-from .execute import MissingResources, error_info, resources_for, with_key
+from .execute import CANCELLED, MissingResources, error_info, resources_for, with_key
 from .pipe import PipeServer, SpanLimits
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,8 @@ async def run_isolated(
 
 
 async def _watch(store: Store, proc: asyncio.subprocess.Process, rollout: AttemptedRollout, job: bytes) -> None:
-    """Wait for the child; kill its group at the timeout (expired as ``timeout``); fail a dead child's attempt."""
+    """Wait for the child; kill its group at the timeout (expired as ``timeout``) or when the runner stops
+    (failed as ``Cancelled``); fail a dead child's attempt."""
     rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
     try:
         await asyncio.wait_for(proc.communicate(job), timeout=rollout.config.timeout_seconds)
@@ -140,9 +142,12 @@ async def _watch(store: Store, proc: asyncio.subprocess.Process, rollout: Attemp
         await proc.wait()
         await store.expire_attempt(rid, aid, "timeout")
         return
-    except asyncio.CancelledError:
+    except asyncio.CancelledError:  # the runner stopped: the attempt ends failed, as an in-process one does
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        with contextlib.suppress(InvalidCommand):  # the child may have ended the attempt before the kill
+            await store.finish_attempt(rid, aid, CANCELLED, worker_id=rollout.attempt.worker_id)
         raise
     if proc.returncode:
         with contextlib.suppress(InvalidCommand):  # the child may have ended the attempt before dying

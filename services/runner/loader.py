@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import traceback
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -18,11 +19,24 @@ class AgentLoadError(VoltbusError):
     """The agent path does not name a usable agent."""
 
 
+def _failed(module_name: str, exc: Exception) -> AgentLoadError:
+    """One line for a module that cannot be imported: a missing module, a syntax error (its message names
+    the file and line), or any exception its code raised while it ran (with where it was raised)."""
+    if isinstance(exc, ImportError):
+        reason = str(exc)
+    else:
+        reason = f"{type(exc).__name__}: {exc}"
+        frames = [] if isinstance(exc, SyntaxError) else traceback.extract_tb(exc.__traceback__)
+        if frames:
+            reason += f" (at {frames[-1].filename}:{frames[-1].lineno})"
+    return AgentLoadError(f"cannot import agent module {module_name!r}: {reason}")
+
+
 def _import(module_name: str) -> ModuleType:
     try:
         return importlib.import_module(module_name)
-    except ImportError as exc:
-        raise AgentLoadError(f"cannot import agent module {module_name!r}: {exc}") from None
+    except Exception as exc:
+        raise _failed(module_name, exc) from None
 
 
 def _load_file(file: str) -> ModuleType:
@@ -32,7 +46,10 @@ def _load_file(file: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"voltbus_agent_{location.stem}", location)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise _failed(file, exc) from None
     return module
 
 

@@ -10,6 +10,8 @@ import ast
 import operator
 import os
 import signal
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -83,6 +85,47 @@ def hangs(task: Any, prompt_template: agl.PromptTemplate) -> None:
 @agl.rollout
 def kills_itself(task: Any, prompt_template: agl.PromptTemplate) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@agl.rollout
+def spawns_and_hangs(task: dict[str, Any], prompt_template: agl.PromptTemplate) -> None:
+    """Starts a grandchild process (its pid appended to ``task["pidfile"]``), then hangs."""
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(task["pidfile"], "a") as pids:
+        pids.write(f"{grandchild.pid}\n")
+    time.sleep(3600)  # stands for a stuck agent: the runner kills its process group at the timeout
+
+
+@agl.rollout
+def misbehaves(task: dict[str, Any], prompt_template: agl.PromptTemplate) -> Any:
+    """Fails as ``task["do"]`` says (raise, a wrong result type, a non-numeric reward) or succeeds ("good")."""
+    match task["do"]:
+        case "raise":
+            raise ValueError(f"cannot solve {task!r}")
+        case "wrong_type":
+            return "a string is not a result"
+        case "bad_reward":
+            agl.emit_reward("high")  # type: ignore[arg-type]
+            return None
+        case _:
+            return 1.0
+
+
+@agl.rollout
+def big_spans(task: Any, prompt_template: agl.PromptTemplate) -> float:
+    """Six 4 KB messages: more than a spans stream capped at 16 KiB takes."""
+    for i in range(6):
+        agl.emit_message(f"{i}:" + "x" * 4000)
+    return 1.0
+
+
+@agl.rollout
+async def blocks_the_loop(task: Any, prompt_template: agl.PromptTemplate) -> float:
+    """An async agent that blocks the runner's event loop for ``task["seconds"]`` (a blocking call in async code)."""
+    began = time.time()
+    time.sleep(task["seconds"])  # noqa: ASYNC251  # stands for blocking agent work: nothing else on the loop runs
+    agl.emit_object({"blocked_from": began, "blocked_to": time.time()})
+    return 1.0
 
 
 @agl.prompt_rollout

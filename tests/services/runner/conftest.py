@@ -26,5 +26,5 @@ async def store(nats_settings: NatsSettings) -> AsyncIterator[Store]:
 
 
 def runner_settings(nats: NatsSettings, **runner: object) -> Settings:
-    """Settings for a runner in the test's namespace."""
-    return Settings(nats=nats, runner=RunnerSettings(claim_wait_s=0.2, heartbeat_s=0.2, **runner))  # type: ignore[arg-type]
+    """Settings for a runner in the test's namespace (fast claims and heartbeats unless ``runner`` says otherwise)."""
+    return Settings(nats=nats, runner=RunnerSettings(**{"claim_wait_s": 0.2, "heartbeat_s": 0.2, **runner}))  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
-"""Runner faults on a real bus: kill -9 of a runner process mid-rollout, SIGTERM, and a 200-rollout run
-with 8 slots fully visible in the projections."""
+"""Runner faults on a real bus: kill -9 of a runner process mid-rollout, SIGTERM (rollouts that finish in the
+grace period, and rollouts past it, ended and retried per their config), an isolated agent's grandchildren
+killed at its timeout, and a 200-rollout run with 8 slots fully visible in the projections."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
 from voltbus.schemas.rollouts import RolloutConfig
@@ -18,12 +21,14 @@ from voltbus.services.eventlog import Envelope
 from voltbus.services.settings import NatsSettings
 from voltbus.store import EnqueueRolloutRequest, Store
 
+from ...conftest import wait_for
 from ..coordinator.conftest import running_coordinator
 from .conftest import runner_settings
 from .test_runner import AGENTS, run_until_done
 
 
-def runner_process(nats: NatsSettings, agent: str) -> subprocess.Popen[bytes]:
+def runner_process(nats: NatsSettings, agent: str, **runner: str) -> subprocess.Popen[bytes]:
+    """``python -m voltbus.services.runner agent`` on the test's namespace; ``runner``: more runner settings."""
     env = {
         **os.environ,
         "VOLTBUS_NATS__URL": nats.url,
@@ -31,6 +36,7 @@ def runner_process(nats: NatsSettings, agent: str) -> subprocess.Popen[bytes]:
         "VOLTBUS_RUNNER__HEARTBEAT_S": "0.2",
         "VOLTBUS_RUNNER__CLAIM_WAIT_S": "0.2",
         "VOLTBUS_RUNNER__WORKER_PREFIX": "Doomed",
+        **{f"VOLTBUS_RUNNER__{name.upper()}": value for name, value in runner.items()},
     }
     return subprocess.Popen(
         [sys.executable, "-m", "voltbus.services.runner", agent],
@@ -102,6 +108,67 @@ async def test_sigterm_lets_the_running_rollout_finish(store: Store, nats_settin
         proc.kill()
     done = await store.get_rollout_by_id(rollout.rollout_id)
     assert done is not None and done.status == "succeeded"
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])
+async def test_sigterm_past_the_grace_ends_running_rollouts_cancelled_per_their_retry_config(
+    store: Store, nats_settings: NatsSettings, isolate: bool
+) -> None:
+    retried = await store.enqueue_rollout({"q": 3}, config=RolloutConfig(max_attempts=2, retry_condition=["failed"]))
+    once = await store.enqueue_rollout({"q": 4})  # the default: one attempt
+    agent = f"{AGENTS}:stuck_on_first_attempt"  # a sync agent, blocked (in its worker thread or child process)
+    proc = runner_process(nats_settings, agent, slots="2", shutdown_grace_s="0.5", isolate=str(isolate).lower())
+    try:
+        for rollout in (retried, once):
+            await first_running(store, rollout.rollout_id)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0  # a thread stuck in the agent does not hold the exit
+    finally:
+        proc.kill()
+    for rollout, status in ((retried, "requeuing"), (once, "failed")):
+        [attempt] = await store.get_attempts(rollout.rollout_id)
+        assert attempt.status == "failed" and attempt.error is not None
+        reason = (attempt.error["type"], attempt.error["message"])
+        assert reason == ("Cancelled", "the runner stopped during the rollout")
+        ended = await store.get_rollout_by_id(rollout.rollout_id)
+        assert ended is not None and ended.status == status
+    [done] = await run_until_done(runner_settings(nats_settings), agent, store, [retried.rollout_id])
+    assert done.status == "succeeded" and done.attempt.sequence_id == 2
+
+
+def is_gone(pid: int) -> bool:
+    """The process runs no more: it does not exist, or it is a zombie its new parent has not reaped yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+async def test_isolated_agent_timeout_kills_its_grandchildren_and_retries(
+    store: Store, nats_settings: NatsSettings, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "grandchildren"
+    config = RolloutConfig(timeout_seconds=2.5, max_attempts=2, retry_condition=["timeout"])
+    rollout = await store.enqueue_rollout({"pidfile": str(pidfile)}, config=config)
+    try:
+        [done] = await run_until_done(
+            runner_settings(nats_settings, isolate=True),
+            f"{AGENTS}:spawns_and_hangs",
+            store,
+            [rollout.rollout_id],
+            timeout=60,
+        )
+        assert done.status == "failed"
+        attempts = await store.get_attempts(rollout.rollout_id)
+        assert [(a.sequence_id, a.status) for a in attempts] == [(1, "timeout"), (2, "timeout")]
+        pids = [int(p) for p in pidfile.read_text().split()]
+        assert len(pids) == 2  # one grandchild per attempt
+        await wait_for(lambda: all(is_gone(p) for p in pids), 10, "the agent's grandchildren to be killed")
+    finally:  # never leave a sleeper behind when the test fails
+        for pid in [int(p) for p in pidfile.read_text().split()] if pidfile.exists() else []:
+            if not is_gone(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 async def first_running(store: Store, rollout_id: str) -> None:

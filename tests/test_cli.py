@@ -129,3 +129,28 @@ def test_runner_reports_an_agent_that_does_not_import(nats_server: object) -> No
     url = nats_server.url  # type: ignore[attr-defined]
     line = one_line_error(run("runner", "--agent", "no_such_module:agent", "--nats-url", url))
     assert "cannot import agent module 'no_such_module'" in line
+
+
+def runner_start_line(url: str, *flags: str, env: dict[str, str]) -> str:
+    """The start-up line of ``voltbus runner`` run with ``flags`` and ``env`` (stopped once it said it)."""
+    args = ["runner", "--agent", "tests.services.runner.calc_agent:CalcAgent", "--nats-url", url, *flags]
+    full_env = {**os.environ, "VOLTBUS_NATS__NAMESPACE": f"cli{free_port()}", **env}
+    proc = subprocess.Popen([*VOLTBUS, *args], stderr=subprocess.PIPE, text=True, env=full_env)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # ends when the process does: a runner that fails does not hang this
+            if "runner with" in line:
+                return line
+        raise AssertionError(f"the runner exited ({proc.wait()}) without its start-up line")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.timeout(120)
+def test_runner_flags_override_the_settings_and_absent_ones_leave_them(nats_server: object) -> None:
+    url = nats_server.url  # type: ignore[attr-defined]
+    env = {"VOLTBUS_RUNNER__SLOTS": "3", "VOLTBUS_RUNNER__ISOLATE": "true"}
+    assert "runner with 3 slot(s) (isolated)" in runner_start_line(url, env=env)
+    assert "runner with 2 slot(s) (in-process)" in runner_start_line(url, "-n", "2", "--no-isolate", env=env)
+    assert "runner with 1 slot(s) (in-process)" in runner_start_line(url, env={})

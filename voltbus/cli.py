@@ -239,15 +239,25 @@ def export_training(
 @app.command()
 def runner(
     agent: Annotated[str, typer.Option("--agent", help="the agent, as module:attr")],
-    n: Annotated[int, typer.Option("-n", help="rollouts run at once")] = 1,
-    isolate: Annotated[bool, typer.Option(help="run each rollout in its own process, killed at its timeout")] = False,
+    n: Annotated[
+        int | None, typer.Option("-n", help="rollouts run at once (default: VOLTBUS_RUNNER__SLOTS, else 1)", min=1)
+    ] = None,
+    isolate: Annotated[
+        bool | None,
+        typer.Option(
+            "--isolate/--no-isolate",
+            help="run each rollout in its own process, killed at its timeout (default: VOLTBUS_RUNNER__ISOLATE, "
+            "else no)",
+        ),
+    ] = None,
     nats_url: NatsUrl = None,
 ) -> None:
     """Run a runner: claim rollouts and run the agent on them (SIGTERM finishes or releases them)."""
     from voltbus.services.runner.app import serve_until_signal
 
     settings = settings_for(nats_url)
-    settings.runner = settings.runner.model_copy(update={"slots": n, "isolate": isolate})
+    given = {"slots": n, "isolate": isolate}  # flags override the settings; absent ones leave them
+    settings.runner = settings.runner.model_copy(update={k: v for k, v in given.items() if v is not None})
     asyncio.run(serve_until_signal(settings, agent))
 
 

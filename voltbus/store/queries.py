@@ -121,7 +121,8 @@ class QueryMethods(StoreBase):
         sql = _QUERIES[name].replace("{order}", order)
         params = {**params, "limit": None if limit < 0 else limit, "offset": max(offset, 0)}
         deadline = self.settings.query_timeout_s
-        body = {"sql": sql, "params": params, "min_seq": dict(self.log.written), "timeout": deadline}
+        written = {s: n for s, n in self.log.written.items() if n}  # naming spans also waits for held training rows
+        body = {"sql": sql, "params": params, "min_seq": written, "timeout": deadline}
         url = self.projector_url.rstrip("/") + "/sql"
         try:
             async with httpx.AsyncClient() as client:

@@ -171,7 +171,7 @@ class Following:
                 return await reader.Readers.start(settings, stream, count, position, end, states)
             except Exception as exc:
                 log.warning("no reader process for %s (%s): reading it in this process", stream, exc)
-                self.use[stream] = False
+                self.use[stream] = self.catching_up[stream] = False
         return await self.local(stream, end)
 
     async def behind(self, stream: str, end: int | None) -> bool:

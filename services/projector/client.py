@@ -228,6 +228,8 @@ async def continued(log_: EventLog, db: Path, from_seq: int, ends: dict[str, int
             f"and {db} does not exist: replay without --from-seq builds it from the start"
         )
     version, checkpoints = stored
+    if version is None:
+        raise InvalidCommand(f"{db} is not a projection (it has no projection_meta version): it cannot be continued")
     if version != str(PROJECTION_VERSION):
         raise InvalidCommand(
             f"{db} was built by projection version {version}, not {PROJECTION_VERSION}: it cannot be continued; "
@@ -262,10 +264,10 @@ def stored_checkpoints(db: Path) -> tuple[str | None, dict[str, tuple[int, float
         return None
     try:
         con = duckdb.connect(str(db), read_only=True)
-    except duckdb.IOException as exc:
+    except duckdb.Error as exc:
         if "lock" in str(exc).lower():
             raise InvalidCommand(f"{db} is open by a running projector: continue a copy of it, or stop it") from None
-        raise
+        raise InvalidCommand(f"{db} is not a DuckDB database ({exc}): --from-seq goes on with a projection") from None
     with con:
         try:
             row = con.execute("SELECT value FROM projection_meta WHERE key = 'version'").fetchone()

@@ -6,6 +6,7 @@ names (``VOLTBUS_TEST_SEED`` replays one)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import signal
@@ -98,6 +99,11 @@ async def test_projector_killed_five_times_loses_and_doubles_nothing(
     }
     url = f"http://127.0.0.1:{port}"
     killed_at = []
+    control = store.log.feed("control")
+
+    async def at_least(seq: int) -> bool:
+        return await control.last_seq() >= seq
+
     for chunk in range(5):
         proc, writing = start(env), None
 
@@ -107,8 +113,14 @@ async def test_projector_killed_five_times_loses_and_doubles_nothing(
 
         try:  # started (its import takes seconds on a loaded machine)...
             await wait_for(answers, 60, "the projector's health endpoint", every=0.05)
+            base = await control.last_seq()
             writing = asyncio.create_task(write_chunk(store, chunk))  # ...following the stream as it grows...
-            await asyncio.sleep(rng.uniform(0.0, 1.5))  # ...then a random instant (mid-write or catching up): the fault
+            if chunk < 3:  # ...killed mid-write, once the log holds a random part of this chunk's 2,000 control events
+                target = base + rng.randrange(1, 2000)
+                await wait_for(functools.partial(at_least, target), 60, f"control seq {target}", every=0.005)
+            else:  # ...or at a random instant of its catch-up after the write
+                await writing
+                await asyncio.sleep(rng.uniform(0.0, 0.4))
             killed_at.append((await health(url), writing.done()))
         finally:
             proc.send_signal(signal.SIGKILL)
@@ -127,7 +139,8 @@ async def test_projector_killed_five_times_loses_and_doubles_nothing(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    assert any(k is not None and k != ends for k, _ in killed_at), f"no kill landed mid-stream: {killed_at} ({why})"
+    assert [done for _, done in killed_at] == [False, False, False, True, True], (killed_at, why)
+    assert all(k is not None for k, _ in killed_at), (killed_at, why)  # each kill hit a running projector
     for table, key, rows in (
         ("rollouts", "rollout_id", 5000),
         ("attempts", "rollout_id, attempt_id", 5000),

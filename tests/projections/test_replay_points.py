@@ -192,5 +192,13 @@ async def test_replay_from_seq_is_refused_where_it_would_build_wrong_tables(
     message = await refused(older, from_seq=at + 1)
     assert f"built by projection version 0, not {PROJECTION_VERSION}: it cannot be continued" in message
     assert names(tmp_path) == files  # not moved aside (to <file>.v0.bak) as opening it for writing would
+    plain = tmp_path / "plain.duckdb"  # a DuckDB file that is no projection, and a file that is no database
+    with duckdb.connect(str(plain)) as con:
+        con.execute("CREATE TABLE t (a INT)")
+    assert "is not a projection (it has no projection_meta version)" in await refused(plain, from_seq=at + 1)
+    text = tmp_path / "notes.duckdb"
+    text.write_text("not a database")
+    assert "is not a DuckDB database" in await refused(text, from_seq=at + 1)
+    assert text.read_text() == "not a database"
 
     assert await rebuild(settings, db, lambda _: None, from_seq=at + 1) == await ends_at(store.log)

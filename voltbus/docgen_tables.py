@@ -8,6 +8,9 @@ from __future__ import annotations
 import duckdb
 
 from voltbus.projections import blocks
+from voltbus.projections.blocks import SQL_DIR, parse
+
+_SQL = {b.name: b.sql for b in parse((SQL_DIR / "queries" / "catalog.sql").read_text(), "catalog.sql")}
 
 INTRO = [
     "# Projection tables",
@@ -21,27 +24,17 @@ INTRO = [
 
 
 def _relations(con: duckdb.DuckDBPyConnection) -> set[str]:
-    rows = con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()
-    return {r[0] for r in rows}
+    return {r[0] for r in con.execute(_SQL["relations"]).fetchall()}
 
 
 def _keys(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
-    rows = con.execute(
-        "SELECT constraint_column_names FROM duckdb_constraints() "
-        "WHERE table_name = ? AND constraint_type = 'PRIMARY KEY'",
-        [table],
-    ).fetchall()
-    return {c for r in rows for c in r[0]}
+    return {c for r in con.execute(_SQL["keys"], {"name": table}).fetchall() for c in r[0]}
 
 
 def _table(con: duckdb.DuckDBPyConnection, name: str, file: str) -> list[str]:
-    kind = con.execute("SELECT table_type FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()
+    kind = con.execute(_SQL["kind"], {"name": name}).fetchone()
     view = kind is not None and kind[0] == "VIEW"
-    columns = con.execute(
-        "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
-        "WHERE table_name = ? ORDER BY ordinal_position",
-        [name],
-    ).fetchall()
+    columns = con.execute(_SQL["columns"], {"name": name}).fetchall()
     keys = _keys(con, name)
     lines = [f"## `{name}`", "", f"{'View' if view else 'Table'}, `projections/{file}`.", ""]
     lines += ["| column | type | key | null |", "|---|---|---|---|"]

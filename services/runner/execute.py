@@ -93,10 +93,12 @@ async def in_thread(work: Callable[[], T]) -> T:
         result, error = None, None
         try:
             result = context.run(work)
-        except Exception as exc:
+        except BaseException as exc:
             error = exc
-        except BaseException as exc:  # SystemExit and the like must fail the attempt, not end the slot
-            error = RuntimeError(f"the agent raised {type(exc).__name__}: {exc}")
+            # SystemExit and the like must fail the attempt, not end the slot; a future refuses StopIteration
+            if isinstance(exc, StopIteration) or not isinstance(exc, Exception):
+                error = RuntimeError(f"the agent raised {type(exc).__name__}" + (f": {exc}" if str(exc) else ""))
+                error.__cause__ = exc
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             loop.call_soon_threadsafe(settle, result, error)
 

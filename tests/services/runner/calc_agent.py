@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -98,7 +99,8 @@ def spawns_and_hangs(task: dict[str, Any], prompt_template: agl.PromptTemplate) 
 
 @agl.rollout
 def misbehaves(task: dict[str, Any], prompt_template: agl.PromptTemplate) -> Any:
-    """Fails as ``task["do"]`` says (raise, a wrong result type, a non-numeric reward) or succeeds ("good")."""
+    """Fails as ``task["do"]`` says (raise, a wrong result type, a non-numeric reward, StopIteration, sys.exit) or
+    succeeds ("good")."""
     match task["do"]:
         case "raise":
             raise ValueError(f"cannot solve {task!r}")
@@ -107,6 +109,10 @@ def misbehaves(task: dict[str, Any], prompt_template: agl.PromptTemplate) -> Any
         case "bad_reward":
             agl.emit_reward("high")  # type: ignore[arg-type]
             return None
+        case "stop_iteration":
+            return next(iter([]))  # StopIteration, which no future may carry
+        case "exit":
+            sys.exit(3)  # SystemExit: fails the attempt, not the slot
         case _:
             return 1.0
 
@@ -135,11 +141,15 @@ def jinja_agent(task: dict[str, Any], prompt_template: agl.PromptTemplate) -> fl
     return float(len(task["items"]))
 
 
+UNSTUCK = threading.Event()
+"""Set after each runner test (conftest), so stuck first attempts run in the test's own process end with it."""
+
+
 @agl.rollout
 def stuck_on_first_attempt(task: Any, prompt_template: agl.PromptTemplate, rollout: agl.AttemptedRollout) -> float:
     agl.emit_message(f"attempt {rollout.attempt.sequence_id} started")
     if rollout.attempt.sequence_id == 1:
-        time.sleep(3600)  # the runner holding this attempt is killed meanwhile
+        UNSTUCK.wait(3600)  # the runner holding this attempt is killed, stopped or timed out meanwhile
     return 1.0
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -10,10 +10,20 @@ from voltbus.schemas.resources import LLM, PromptTemplate
 from voltbus.services.settings import NatsSettings, RunnerSettings, Settings
 from voltbus.store import Store, connect
 
+from .calc_agent import UNSTUCK
+
 RESOURCES = {
     "main_llm": LLM(endpoint="http://127.0.0.1:9/v1", model="tiny-calc"),
     "prompt": PromptTemplate(template="Q: {question}\nA:", engine="f-string"),
 }
+
+
+@pytest.fixture(autouse=True)
+def unstuck() -> Iterator[None]:
+    """The stuck agent's first attempts stay stuck during a test and end after it (no thread left sleeping)."""
+    UNSTUCK.clear()
+    yield
+    UNSTUCK.set()
 
 
 @pytest.fixture

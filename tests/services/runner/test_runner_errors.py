@@ -15,19 +15,22 @@ from .test_runner import AGENTS, run_until_done, telemetry
 async def test_one_runner_keeps_serving_after_every_kind_of_agent_failure(
     store: Store, nats_settings: NatsSettings
 ) -> None:
-    kinds = ["raise", "wrong_type", "bad_reward", "good"]
+    kinds = ["raise", "wrong_type", "bad_reward", "stop_iteration", "exit", "good"]
     rollouts = [await store.enqueue_rollout({"do": kind}) for kind in kinds]
     finished = await run_until_done(
-        runner_settings(nats_settings), f"{AGENTS}:misbehaves", store, [r.rollout_id for r in rollouts]
+        runner_settings(nats_settings), f"{AGENTS}:misbehaves", store, [r.rollout_id for r in rollouts], timeout=60
     )
-    assert [r.status for r in finished] == ["failed", "failed", "failed", "succeeded"]
+    assert [r.status for r in finished] == ["failed"] * 5 + ["succeeded"]
     assert {r.attempt.worker_id for r in finished} == {"Worker-0"}  # one runner, one slot, served them all
-    reasons = [(r.attempt.error["type"], r.attempt.error["message"]) for r in finished[:3]]
+    reasons = [(r.attempt.error["type"], r.attempt.error["message"]) for r in finished[:5]]
     assert reasons[0] == ("ValueError", "cannot solve {'do': 'raise'}")
     assert reasons[1][0] == "TypeError" and "Invalid raw result type str" in reasons[1][1]
     assert reasons[2][0] == "TypeError" and "Reward must be a number" in reasons[2][1]
-    assert finished[3].attempt.error is None
-    _, rewards = await telemetry(store, finished[3].rollout_id)
+    assert reasons[3] == ("RuntimeError", "the agent raised StopIteration")
+    assert reasons[4] == ("RuntimeError", "the agent raised SystemExit: 3")
+    assert "StopIteration" in finished[3].attempt.error["traceback"]  # the cause is kept
+    assert finished[5].attempt.error is None
+    _, rewards = await telemetry(store, finished[5].rollout_id)
     assert [e.value for e in rewards] == [1.0]
 
 

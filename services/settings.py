@@ -164,10 +164,11 @@ class ProjectorSettings(BaseModel):
     """A stream with no reader processes of its own (``control_readers`` 0) gets one while it catches up on a
     backlog of at least this many messages (``VOLTBUS_PROJECTOR__READER_BACKLOG``; 0: never) whenever it opens the
     stream: at start-up (a projector that was stopped while the log grew), in ``voltbus replay``, which keeps it to
-    the end, and again after a reader failed or the log was found to differ from the checkpoint. A live projector goes back to reading the stream itself once less than a batch is left. Not when
-    the database holds more folded rollouts than the backlog has messages (the reader gets them all first). On two
-    cores, catching up on 60,000 control events took ~20% less time with a reader, on 10,000 about the same: the
-    reader's start and first cut cost a fixed time (BENCHMARKS.md, issue 4)."""
+    the end, and again after a reader failed or the log was found to differ from the checkpoint. A live projector
+    goes back to reading the stream itself once less than a batch is left. Not when the database holds more folded
+    rollouts than the backlog has messages (the reader gets them all first). On two cores, catching up on 60,000
+    control events took ~20% less time with a reader, on 10,000 about the same: the reader's start and first cut
+    cost a fixed time (BENCHMARKS.md, issue 4)."""
     training_refresh_s: float = Field(default=0.2, ge=0)
     """Shortest time between two training refreshes of the live projection (``VOLTBUS_PROJECTOR__TRAINING_REFRESH_S``):
     the training rows of attempts that end meanwhile are computed together, in one refresh of a few statements,

@@ -27,6 +27,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from voltbus.schemas.errors import InvalidCommand
+from voltbus.services import loop
 from voltbus.services.eventlog import unsubscribe
 from voltbus.services.serving import serve_until
 from voltbus.services.settings import Settings
@@ -99,15 +100,9 @@ def build_app(settings: Settings) -> Starlette:
 
 
 def main(settings: Settings) -> None:
-    """Serve the gateway until interrupted, on uvloop's event loop when it is installed (it is a
-    dependency): uvloop's transports cost less CPU per call than asyncio's (BENCHMARKS.md)."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency, but not on every platform
-        asyncio.run(run(settings))
-        return
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(run(settings))
+    """Serve the gateway until interrupted, on uvloop's event loop (``services.loop``): its transports cost
+    less CPU per call than asyncio's (BENCHMARKS.md)."""
+    loop.run(run(settings))
 
 
 async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:

@@ -348,3 +348,23 @@ async def test_query_without_a_projector_fails_at_once(nats_settings: NatsSettin
         assert time.monotonic() - started < 10
     finally:
         await store.close()
+
+
+async def test_queries_find_the_projector_at_the_configured_url(
+    nats_settings: NatsSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("VOLTBUS_PROJECTOR__URL", url)
+    store = await connect(settings=nats_settings)
+    try:
+        assert store.projector_url == url
+        with pytest.raises(ProjectorUnavailable, match=f"no projector answers at {url}/sql"):
+            await store.query_rollouts()
+    finally:
+        await store.close()
+    monkeypatch.delenv("VOLTBUS_PROJECTOR__URL")
+    default = await connect(settings=nats_settings, projector_url=None)
+    try:
+        assert default.projector_url == "http://127.0.0.1:8765"
+    finally:
+        await default.close()

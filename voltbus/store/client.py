@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from voltbus.services.eventlog import EventLog, unsubscribe
-from voltbus.services.settings import NatsSettings
+from voltbus.services.settings import NatsSettings, Settings
 
 from .dispatch import DispatchMethods
 from .queries import QueryMethods
@@ -78,11 +78,11 @@ async def connect(
     name: str = "voltbus-store",
 ) -> Store:
     """Connect a store client to the bus (``url`` overrides the settings' URL); ``projector_url`` is
-    where its query_* methods reach the running projector."""
+    where its query_* methods reach the running projector (default: ``VOLTBUS_PROJECTOR__URL``,
+    ``http://127.0.0.1:8765``)."""
     settings = settings or NatsSettings()
     if url:
         settings = settings.model_copy(update={"url": url})
     store = Store(await EventLog.connect(settings, name=name))
-    if projector_url:
-        store.projector_url = projector_url
+    store.projector_url = projector_url or Settings().projector.url
     return store

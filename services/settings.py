@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, TypedDict
 
 import platformdirs
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -137,6 +137,15 @@ class CoordinatorSettings(BaseModel):
     """Seconds before a failed stream reader is started again."""
 
 
+class Feeding(TypedDict):
+    """The keyword arguments of ``projections.follow.project`` that the projector's settings give."""
+
+    batch_size: int
+    max_wait: float
+    readers: dict[str, int]
+    backlog: int
+
+
 class ProjectorSettings(BaseModel):
     """The projector (DuckDB read models) and its SQL endpoint."""
 
@@ -189,7 +198,7 @@ class ProjectorSettings(BaseModel):
         return {"control": self.control_readers, "spans": self.span_readers}
 
     @property
-    def feeding(self) -> dict[str, Any]:
+    def feeding(self) -> Feeding:
         """``projections.follow.project``'s keyword arguments from these settings: batches, readers, backlog."""
         return {
             "batch_size": self.batch_size,

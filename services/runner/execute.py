@@ -155,8 +155,11 @@ async def run_rollout(
             await fire(hooks, "on_trace_start", agent=agent, runner=runner, tracer=tracer, rollout=rollout)
             async with asyncio.timeout(rollout.config.timeout_seconds) as limit:  # None: no limit
                 result = await call_agent(agent, rollout, resources)
+            if hooks:  # the agent's spans stored and numbered: the hooks' tracer.get_last_trace() has them all
+                with contextlib.suppress(Exception):  # refused: retried, and reported, at the attempt's end
+                    await tracer.flush(rid)
             await fire(hooks, "on_trace_end", agent=agent, runner=runner, tracer=tracer, rollout=rollout)
-            spans = await record_result(store, rollout, result)
+            spans = await record_result(store, rollout, result, tracer.trace_of(rid, aid))
     except asyncio.CancelledError as exc:
         error, raised = CANCELLED, exc
     except Exception as exc:
@@ -169,6 +172,7 @@ async def run_rollout(
             error, raised = error_info(exc), exc
     finally:
         await fire(hooks, "on_rollout_end", agent=agent, runner=runner, rollout=rollout, spans=spans)
+        tracer.forget(rid, aid)
         if timed_out:
             await store.expire_attempt(rid, aid, "timeout")  # the retry policy decides, as for the coordinator
             error = ErrorInfo(type="Timeout", message=f"the agent ran past {rollout.config.timeout_seconds}s")

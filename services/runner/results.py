@@ -15,18 +15,20 @@ from voltbus.store.spans import span_from_otel
 log = logging.getLogger(__name__)
 
 
-async def record_result(store: Store, rollout: AttemptedRollout, result: Any) -> list[Any]:
-    """Record what the agent returned; return the spans it amounts to.
+async def record_result(store: Store, rollout: AttemptedRollout, result: Any, traced: list[Span]) -> list[Any]:
+    """Record what the agent returned; return the spans it amounts to (``on_rollout_end``'s).
 
-    None: the tracer already has the spans. A number: a reward span. A list of OpenTelemetry spans,
-    voltbus Spans or SpanCore records: stored as the attempt's spans. Anything else is a TypeError.
+    None: the tracer already has the spans; they are ``traced``, the attempt's spans flushed so far (Agent
+    Lightning's ``get_last_trace()``). A number: a reward span, and ``traced`` without it (Agent Lightning's
+    quirk). A list of OpenTelemetry spans, voltbus Spans or SpanCore records: stored as the attempt's spans.
+    Anything else is a TypeError.
     """
     rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
     if result is None:
-        return []
+        return traced
     if isinstance(result, bool | int | float):
         emit_reward(float(result))  # inside the attempt's tracing context: exported with its spans
-        return []
+        return traced
     if not isinstance(result, list):
         raise TypeError(f"Invalid raw result type {type(result).__name__}: return None, a number or a list of spans")
     if not result:

@@ -25,6 +25,7 @@ from opentelemetry.trace import Status, StatusCode
 from voltbus.schemas.base import Attributes
 from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.spans import RewardReported, SpanRecorded, SpanStatus
+from voltbus.store import Span
 from voltbus.store.spans import events_of, span_from_otel
 
 from .tracing import SpanCore
@@ -80,15 +81,33 @@ class LogTracer:
         """rollout id -> the events of a flush the bus did not acknowledge: the next flush publishes them again
         first, as they are."""
         self._locks: dict[str, asyncio.Lock] = {}
+        self.traces: dict[tuple[str, str], list[Span]] = {}
+        """(rollout id, attempt id) -> the attempt's spans flushed so far, as the store holds them (sequence ids
+        included): ``get_last_trace``; kept from ``attempt`` until ``forget``."""
 
     @contextlib.contextmanager
     def attempt(self, rollout_id: str, attempt_id: str) -> Iterator[None]:
         """Attribute every span started inside this block (and in tasks/threads it spawns) to the attempt."""
+        self.traces.setdefault((rollout_id, attempt_id), [])
         token = current_attempt.set((rollout_id, attempt_id))
         try:
             yield
         finally:
             current_attempt.reset(token)
+
+    def get_last_trace(self) -> list[Span]:
+        """Agent Lightning's ``get_last_trace``: the current attempt's spans flushed so far (a runner with hooks
+        flushes them before ``on_trace_end``, so that hook sees every span of the agent), in sequence id order."""
+        owner = current_attempt.get()
+        return self.trace_of(*owner) if owner is not None else []
+
+    def trace_of(self, rollout_id: str, attempt_id: str) -> list[Span]:
+        """The attempt's spans flushed so far (a copy)."""
+        return list(self.traces.get((rollout_id, attempt_id), ()))
+
+    def forget(self, rollout_id: str, attempt_id: str) -> None:
+        """Drop the attempt's kept spans (its rollout ended here)."""
+        self.traces.pop((rollout_id, attempt_id), None)
 
     def create_span(
         self,
@@ -151,6 +170,10 @@ class LogTracer:
                 raise
             first = last - len(spans) + 1
             records = [span_from_otel(s, rid, aid, first + i) for i, (aid, s) in enumerate(spans)]
+            for record in records:  # numbered, and published now or retried until they are: get_last_trace's
+                kept = self.traces.get((rid, record.attempt_id))
+                if kept is not None:
+                    kept.append(record)
             return sent + await self._publish(rid, events_of(records, self.store.settings))
 
     async def _publish(self, rid: str, events: list[SpanRecorded | RewardReported]) -> int:

@@ -59,6 +59,16 @@ def returns_float(task: Any, prompt_template: agl.PromptTemplate) -> float:
 
 
 @agl.rollout
+def traced_then(task: dict[str, Any], prompt_template: agl.PromptTemplate) -> float | None:
+    """Two traced steps, then the result ``task["then"]`` says: None (its reward emitted) or a number."""
+    agl.emit_message("step one")
+    agl.emit_object({"step": 2})
+    if task["then"] is None:
+        agl.emit_reward(0.5)
+    return task["then"]
+
+
+@agl.rollout
 async def returns_spans(task: Any, prompt_template: agl.PromptTemplate) -> list[agl.SpanCore]:
     return [agl.emit_reward(0.75, propagate=False)]
 

@@ -4,6 +4,7 @@ errors recorded, jinja prompts, isolation of hanging and self-killing agents, SI
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -161,6 +162,7 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.spans: list[object] = []
+        self.last_trace: list[Any] = []
 
     def on_rollout_start(self, *, agent: object, runner: object, rollout: object) -> None:
         self.calls.append("rollout_start")
@@ -168,8 +170,9 @@ class Recorder:
     async def on_trace_start(self, *, agent: object, runner: object, tracer: object, rollout: object) -> None:
         self.calls.append("trace_start")
 
-    def on_trace_end(self, *, agent: object, runner: object, tracer: object, rollout: object) -> None:
+    def on_trace_end(self, *, agent: object, runner: object, tracer: Any, rollout: object) -> None:
         self.calls.append("trace_end")
+        self.last_trace = tracer.get_last_trace()
 
     def on_rollout_end(self, *, agent: object, runner: object, rollout: object, spans: list[object]) -> None:
         self.calls.append("rollout_end")
@@ -199,6 +202,28 @@ async def test_hooks_are_called_in_order(store: Store, nats_settings: NatsSettin
     assert done.status == "succeeded"
     assert hooks.calls == ["rollout_start", "trace_start", "trace_end", "rollout_end"]
     assert [s.name for s in hooks.spans] == ["custom.step"]  # type: ignore[attr-defined]  # the spans it returned
+
+
+@pytest.mark.parametrize("then", [None, 0.25])
+async def test_hooks_see_the_agents_trace_as_agent_lightning_gives_it(
+    store: Store, nats_settings: NatsSettings, then: float | None
+) -> None:
+    """``tracer.get_last_trace()`` in ``on_trace_end``, and the spans ``on_rollout_end`` gets for a None or a
+    number: the attempt's stored spans with their sequence ids (a number's own reward span not among them)."""
+    hooks = Recorder()
+    async with Runner(runner_settings(nats_settings), f"{AGENTS}:traced_then", hooks=[hooks]) as runner:
+        done = await runner.step({"then": then})
+        assert runner.tracer is not None and runner.tracer.traces == {}  # forgotten once the rollout ended
+    assert done.status == "succeeded"
+    names = ["agentlightning.message", "agentlightning.object"]
+    names += ["agentlightning.annotation"] if then is None else []  # the agent's own reward; a number's comes after
+    assert [s.name for s in hooks.last_trace] == names
+    assert hooks.spans == hooks.last_trace
+    stored, _ = await telemetry(store, done.rollout_id)
+    ids = [(s.span_id, s.sequence_id) for s in stored]
+    assert [(s.span_id, s.sequence_id) for s in hooks.last_trace] == ids[: len(names)]
+    assert {s.attempt_id for s in hooks.last_trace} == {done.attempt.attempt_id}
+    assert len(stored) == 3  # every span stored once: the early flush for the hooks did not store any twice
 
 
 async def test_a_failing_hook_cannot_fail_a_rollout_or_skip_the_next_hooks(

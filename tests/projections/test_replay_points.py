@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import re
 import shutil
 import time
@@ -22,8 +23,9 @@ from voltbus.services.projector.client import rebuild
 from voltbus.services.settings import NatsSettings, Settings
 from voltbus.store import EnqueueRolloutRequest, Store
 
-from ..conftest import wait_for
+from ..conftest import free_port, wait_for
 from .conftest import dump, projected
+from .test_projector_crash import health, start
 from .test_sql_cli import cli
 from .workload import telemetry, write
 
@@ -202,3 +204,32 @@ async def test_replay_from_seq_is_refused_where_it_would_build_wrong_tables(
     assert text.read_text() == "not a database"
 
     assert await rebuild(settings, db, lambda _: None, from_seq=at + 1) == await ends_at(store.log)
+
+
+@pytest.mark.timeout(120)
+async def test_replay_from_seq_is_refused_on_the_file_of_a_running_projector(
+    store: Store, nats_settings: NatsSettings, tmp_path: Path
+) -> None:
+    await write(store, 3)
+    db, port = tmp_path / "live.duckdb", free_port()
+    env = {
+        **os.environ,
+        "VOLTBUS_NATS__URL": nats_settings.url,
+        "VOLTBUS_NATS__NAMESPACE": nats_settings.namespace,
+        "VOLTBUS_PROJECTOR__DB": str(db),
+        "VOLTBUS_PROJECTOR__PORT": str(port),
+    }
+    ends, proc = await ends_at(store.log), start(env)
+
+    async def caught_up() -> bool:
+        assert proc.poll() is None, "the projector exited"
+        return await health(f"http://127.0.0.1:{port}") == ends
+
+    try:
+        await wait_for(caught_up, 60, f"the projector at {ends}", every=0.05)
+        with pytest.raises(InvalidCommand, match="is open by a running projector: continue a copy of it, or stop it"):
+            await rebuild(Settings(nats=nats_settings), db, lambda _: None, from_seq=ends["control"] + 1)
+        assert await health(f"http://127.0.0.1:{port}") == ends  # the projector goes on, its file untouched
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -134,16 +134,21 @@ class Runner:
                 await self.run_one(rollout, worker_id)
                 done += 1
 
-    async def flush_spans(self, every: float = 0.2) -> None:
-        """Publish spans while agents run, so a runner that dies keeps what its attempts already did."""
+    async def flush_spans(self, every: float = 0.2, most: float = 5.0) -> None:
+        """Publish spans while agents run, so a runner that dies keeps what its attempts already did. While the bus
+        refuses some, the period doubles up to ``most`` seconds (one warning when the refusals begin)."""
         assert self.tracer is not None
+        period = every
         while True:
             try:
                 await self.tracer.flush()
+                period = every
             except Exception as exc:  # keep flushing: the spans stay queued and are retried
                 stop_if_cancelled()
-                log.warning("span flush failed (will retry): %s", exc)
-            await asyncio.sleep(every)  # the flush period, not synchronization
+                if period == every:
+                    log.warning("span flush failed (retrying, every %gs at most): %s", most, exc)
+                period = min(period * 2, most)
+            await asyncio.sleep(period)  # the flush period, not synchronization
 
     async def run(self, stop: asyncio.Event, max_rollouts: int | None = None) -> None:
         """Run every slot until ``stop``; running rollouts get ``shutdown_grace_s`` to finish, then end failed."""

@@ -41,3 +41,26 @@ async def test_a_refused_flush_is_published_again_as_it_was(nats_settings: NatsS
     finally:
         tracer.shutdown()
         await store.close()
+
+
+async def test_spans_the_bus_refuses_do_not_hold_back_other_rollouts(nats_settings: NatsSettings) -> None:
+    settings = nats_settings.model_copy(
+        update={"spans_max_bytes": 16 * 1024, "publish_retries": 0, "request_timeout_s": 1}
+    )
+    store = await connect(settings=settings)
+    tracer = LogTracer(store)
+    try:
+        with tracer.attempt("ro-big", "at-1"):
+            for i in range(6):  # ~24 KiB in all: over the stream's 16 KiB
+                with tracer.otel.start_as_current_span(f"big{i}") as span:
+                    span.set_attribute("text", "x" * 4000)
+        with tracer.attempt("ro-small", "at-1"), tracer.otel.start_as_current_span("small"):
+            pass
+        with pytest.raises(PublishFailed):  # the refusal is still reported...
+            await tracer.flush()
+        stored = [e.event async for e in store.log.telemetry()]  # type: ignore[union-attr]
+        assert [(e.rollout_id, e.name) for e in stored] == [("ro-small", "small")]  # ...after the others went out
+        assert [e.name for e in tracer.unsent["ro-big"]] == [f"big{i}" for i in range(6)]  # type: ignore[union-attr]
+    finally:
+        tracer.shutdown()
+        await store.close()

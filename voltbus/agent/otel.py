@@ -139,18 +139,25 @@ class LogTracer:
             self.pending.setdefault(rollout_id, []).append((attempt_id, span))
 
     async def flush(self, rollout_id: str | None = None) -> int:
-        """Publish the ended spans (of one rollout, or all); return how many. Raise if the bus refuses them.
+        """Publish the ended spans (of one rollout, or all); return how many. Raise if the bus refuses them: the
+        first refusal, once every other rollout's spans were published (one rollout's spans that the bus keeps
+        refusing do not hold back the others').
 
         Each rollout's spans go out in end order, one flush of that rollout at a time; different
         rollouts flush concurrently (one lock for all serialized every slot's end behind the others)."""
         self._drain()
-        sent = 0
+        sent, refused = 0, None
         for rid in [rollout_id] if rollout_id else list(dict.fromkeys([*self.unsent, *self.pending])):
-            sent += await self._flush_one(rid)
+            try:
+                sent += await self._flush_one(rid)
+            except Exception as exc:  # kept for the next flush (see _flush_one); raised below
+                refused = refused or exc
         if len(self._locks) > 10_000:  # forget locks of rollouts with nothing pending and no flush running
             self._locks = {
                 r: lock for r, lock in self._locks.items() if lock.locked() or self.pending.get(r) or r in self.unsent
             }
+        if refused is not None:
+            raise refused
         return sent
 
     async def _flush_one(self, rid: str) -> int:

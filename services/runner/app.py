@@ -134,21 +134,24 @@ class Runner:
                 await self.run_one(rollout, worker_id)
                 done += 1
 
-    async def flush_spans(self, every: float = 0.2, most: float = 5.0) -> None:
-        """Publish spans while agents run, so a runner that dies keeps what its attempts already did. While the bus
-        refuses some, the period doubles up to ``most`` seconds (one warning when the refusals begin)."""
+    async def flush_spans(self, every: float = 0.2) -> None:
+        """Publish spans while agents run, so a runner that dies keeps what its attempts already did. Spans the bus
+        refuses are tried again later (the tracer pauses each such rollout, up to 5 s); one warning when refusals
+        begin, one when they end."""
         assert self.tracer is not None
-        period = every
+        failing = False
         while True:
             try:
                 await self.tracer.flush()
-                period = every
+                if failing:
+                    log.info("span flushes go through again")
+                failing = False
             except Exception as exc:  # keep flushing: the spans stay queued and are retried
                 stop_if_cancelled()
-                if period == every:
-                    log.warning("span flush failed (retrying, every %gs at most): %s", most, exc)
-                period = min(period * 2, most)
-            await asyncio.sleep(period)  # the flush period, not synchronization
+                if not failing:
+                    log.warning("span flush failed (the refused spans are retried): %s", exc)
+                failing = True
+            await asyncio.sleep(every)  # the flush period, not synchronization
 
     async def run(self, stop: asyncio.Event, max_rollouts: int | None = None) -> None:
         """Run every slot until ``stop``; running rollouts get ``shutdown_grace_s`` to finish, then end failed."""

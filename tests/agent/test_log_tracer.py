@@ -32,7 +32,7 @@ async def test_a_refused_flush_is_published_again_as_it_was(nats_settings: NatsS
         config.max_bytes = -1  # room again
         await store.log.js.update_stream(config)
         await store.log.publish_spans(unsent, batch=True)  # as if the refused try had been stored after all
-        assert await tracer.flush() == 6 and "ro-1" not in tracer.unsent
+        assert await tracer.flush("ro-1") == 6 and "ro-1" not in tracer.unsent  # at once: a flush of it alone
         messages = [m async for m in store.log.replay("spans")]
         assert len(messages) == 1 and isinstance(messages[0].event, SpanBatch)  # type: ignore[union-attr]
         stored = [e.event async for e in store.log.telemetry()]  # type: ignore[union-attr]
@@ -61,6 +61,13 @@ async def test_spans_the_bus_refuses_do_not_hold_back_other_rollouts(nats_settin
         stored = [e.event async for e in store.log.telemetry()]  # type: ignore[union-attr]
         assert [(e.rollout_id, e.name) for e in stored] == [("ro-small", "small")]  # ...after the others went out
         assert [e.name for e in tracer.unsent["ro-big"]] == [f"big{i}" for i in range(6)]  # type: ignore[union-attr]
+        with tracer.attempt("ro-small", "at-1"), tracer.otel.start_as_current_span("later"):
+            pass
+        assert await tracer.flush() == 1  # the refused rollout is paused: not tried again at once...
+        assert tracer.backoff["ro-big"][1] == 0.2
+        with pytest.raises(PublishFailed):
+            await tracer.flush("ro-big")  # ...but a flush of it alone (the end of its attempt) tries it
+        assert tracer.backoff["ro-big"][1] == 0.4  # each refusal doubles the pause
     finally:
         tracer.shutdown()
         await store.close()

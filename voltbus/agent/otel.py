@@ -32,6 +32,8 @@ from .tracing import SpanCore
 
 log = logging.getLogger(__name__)
 
+RETRY_S, RETRY_MOST_S = 0.2, 5.0
+"""The first and the longest pause before spans the bus refused are tried again by a flush of all rollouts."""
 current_attempt: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
     "current_attempt", default=None
 )
@@ -81,6 +83,9 @@ class LogTracer:
         """rollout id -> the events of a flush the bus did not acknowledge: the next flush publishes them again
         first, as they are."""
         self._locks: dict[str, asyncio.Lock] = {}
+        self.backoff: dict[str, tuple[float, float]] = {}
+        """rollout id -> (``time.monotonic()`` before which a flush of all skips it, its pause): spans the bus
+        refused are tried again after 0.2 s, then twice as long each time, up to ``RETRY_MOST_S``."""
         self.traces: dict[tuple[str, str], list[Span]] = {}
         """(rollout id, attempt id) -> the attempt's spans flushed so far, as the store holds them (sequence ids
         included): ``get_last_trace``; kept from ``attempt`` until ``forget``."""
@@ -146,12 +151,17 @@ class LogTracer:
         Each rollout's spans go out in end order, one flush of that rollout at a time; different
         rollouts flush concurrently (one lock for all serialized every slot's end behind the others)."""
         self._drain()
-        sent, refused = 0, None
+        sent, refused, now = 0, None, time.monotonic()
         for rid in [rollout_id] if rollout_id else list(dict.fromkeys([*self.unsent, *self.pending])):
+            if rollout_id is None and self.backoff.get(rid, (0.0, 0.0))[0] > now:
+                continue  # refused lately: tried again when its pause is over (a flush of it alone tries at once)
             try:
                 sent += await self._flush_one(rid)
+                self.backoff.pop(rid, None)
             except Exception as exc:  # kept for the next flush (see _flush_one); raised below
                 refused = refused or exc
+                pause = min(self.backoff.get(rid, (0.0, RETRY_S / 2))[1] * 2, RETRY_MOST_S)
+                self.backoff[rid] = (time.monotonic() + pause, pause)
         if len(self._locks) > 10_000:  # forget locks of rollouts with nothing pending and no flush running
             self._locks = {
                 r: lock for r, lock in self._locks.items() if lock.locked() or self.pending.get(r) or r in self.unsent

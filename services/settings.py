@@ -198,6 +198,12 @@ class ProjectorSettings(BaseModel):
         return {"control": self.control_readers, "spans": self.span_readers}
 
     @property
+    def forks(self) -> bool:
+        """Whether reader processes may start (readers of a stream's own, or one for a backlog): the fork server
+        is then started once, beforehand."""
+        return any(self.readers.values()) or self.reader_backlog > 0
+
+    @property
     def feeding(self) -> Feeding:
         """``projections.follow.project``'s keyword arguments from these settings: batches, readers, backlog."""
         return {

@@ -125,18 +125,14 @@ SELECT * FROM final;
 
 -- name: query_resources
 -- Resources bundles (the newest version of each, in Agent Lightning's field names) matching the id filters (and).
-WITH versions AS (
-    SELECT *, min(created_at) OVER (PARTITION BY name) AS first_created_at FROM resources
-),
-
-newest AS (
+WITH newest AS (
     SELECT
         name AS resources_id,
         version,
         resources,
-        first_created_at AS create_time,
+        min(created_at) OVER (PARTITION BY name) AS create_time,
         created_at AS update_time
-    FROM versions
+    FROM resources
     QUALIFY row_number() OVER (PARTITION BY name ORDER BY version DESC) = 1
 ),
 

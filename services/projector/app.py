@@ -98,7 +98,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
     the SQL endpoint accepts connections."""
     cfg = settings.projector
     check_port(cfg.host, cfg.port, "projector SQL")
-    if any(cfg.readers.values()) or cfg.reader_backlog:
+    if cfg.forks:
         await asyncio.to_thread(forks.prestart)  # the readers' fork server, started once
     eventlog = await EventLog.connect(settings.nats, name="voltbus-projector")
     cfg.db.parent.mkdir(parents=True, exist_ok=True)

@@ -168,7 +168,7 @@ async def rebuild(
     the training tables (default ``AdapterSettings()``)."""
     if to_seq is not None and to_time is not None:
         raise InvalidCommand("--to-seq and --to-time: give one of them")
-    if any(settings.projector.readers.values()) or settings.projector.reader_backlog:
+    if settings.projector.forks:
         await asyncio.to_thread(forks.prestart)  # the readers' fork server, started once
     log_ = await EventLog.connect(settings.nats, name=f"voltbus-{label}")
     try:

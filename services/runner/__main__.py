@@ -1,11 +1,9 @@
-"""``python -m voltbus.services.runner module:attr``: the same as ``voltbus runner --agent module:attr``."""
+"""``python -m voltbus.services.runner module:attr``: the same as ``voltbus runner --agent module:attr`` (its
+settings, its one-line errors and exit codes)."""
 
 import sys
 
-from voltbus.services.log import configure_logging
-from voltbus.services.runner.app import main
-from voltbus.services.settings import Settings
+from voltbus.cli import main
 
-settings = Settings()
-configure_logging(settings.log_level)
-sys.exit(main(settings, sys.argv[1]))  # a bad agent path: one line and exit code 1, as in the ``voltbus`` CLI
+sys.argv[1:] = ["runner", "--agent", *sys.argv[1:2]]
+main()

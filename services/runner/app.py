@@ -18,7 +18,6 @@ from voltbus.agent.litagent import LitAgent
 from voltbus.agent.otel import LogTracer
 from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
 from voltbus.schemas.errors import VoltbusError
-from voltbus.services import loop
 from voltbus.services.keys import agent_key_for
 from voltbus.services.restart import stop_if_cancelled
 from voltbus.services.settings import Settings
@@ -205,16 +204,6 @@ async def serve(settings: Settings, agent: str, stop: asyncio.Event | None = Non
             agent,
         )
         await runner.run(stop)
-
-
-def main(settings: Settings, agent: str) -> str | None:
-    """``serve_until_signal`` on uvloop's loop (``services.loop``: less CPU per rollout, BENCHMARKS.md); returns
-    what the user can fix (a bad agent path) as one line, else None."""
-    try:
-        loop.run(serve_until_signal(settings, agent))
-    except VoltbusError as exc:
-        return f"voltbus: error: {exc}"
-    return None
 
 
 async def serve_until_signal(settings: Settings, agent: str) -> None:

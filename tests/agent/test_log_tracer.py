@@ -3,26 +3,44 @@ already stored is stored twice (its SpanBatch ids are those of the first try).""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import pytest
 
 from voltbus.agent.otel import LogTracer
 from voltbus.schemas.errors import PublishFailed
 from voltbus.schemas.spans import SpanBatch, SpanRecorded
 from voltbus.services.settings import NatsSettings
-from voltbus.store import connect
+from voltbus.store import Store, connect
 
 
-async def test_a_refused_flush_is_published_again_as_it_was(nats_settings: NatsSettings) -> None:
+@contextlib.asynccontextmanager
+async def capped(nats_settings: NatsSettings) -> AsyncIterator[tuple[Store, LogTracer]]:
+    """A store on a spans stream capped at 16 KiB (a refused publish fails at once), and a tracer on it."""
     settings = nats_settings.model_copy(
         update={"spans_max_bytes": 16 * 1024, "publish_retries": 0, "request_timeout_s": 1}
     )
     store = await connect(settings=settings)
     tracer = LogTracer(store)
     try:
-        with tracer.attempt("ro-1", "at-1"):
-            for i in range(6):  # ~24 KiB in all: over the stream's 16 KiB
-                with tracer.otel.start_as_current_span(f"step{i}") as span:
-                    span.set_attribute("text", "x" * 4000)
+        yield store, tracer
+    finally:
+        tracer.shutdown()
+        await store.close()
+
+
+def too_big(tracer: LogTracer, rollout_id: str, prefix: str) -> None:
+    """Six spans of ~4 KiB of the rollout's attempt at-1: ~24 KiB in all, over the stream's 16 KiB."""
+    with tracer.attempt(rollout_id, "at-1"):
+        for i in range(6):
+            with tracer.otel.start_as_current_span(f"{prefix}{i}") as span:
+                span.set_attribute("text", "x" * 4000)
+
+
+async def test_a_refused_flush_is_published_again_as_it_was(nats_settings: NatsSettings) -> None:
+    async with capped(nats_settings) as (store, tracer):
+        too_big(tracer, "ro-1", "step")
         with pytest.raises(PublishFailed):
             await tracer.flush()
         unsent = tracer.unsent["ro-1"]
@@ -38,22 +56,11 @@ async def test_a_refused_flush_is_published_again_as_it_was(nats_settings: NatsS
         stored = [e.event async for e in store.log.telemetry()]  # type: ignore[union-attr]
         assert stored == unsent and all(isinstance(e, SpanRecorded) for e in stored)
         assert [e.sequence_id for e in stored] == [1, 2, 3, 4, 5, 6]  # numbered once, by the first try
-    finally:
-        tracer.shutdown()
-        await store.close()
 
 
 async def test_spans_the_bus_refuses_do_not_hold_back_other_rollouts(nats_settings: NatsSettings) -> None:
-    settings = nats_settings.model_copy(
-        update={"spans_max_bytes": 16 * 1024, "publish_retries": 0, "request_timeout_s": 1}
-    )
-    store = await connect(settings=settings)
-    tracer = LogTracer(store)
-    try:
-        with tracer.attempt("ro-big", "at-1"):
-            for i in range(6):  # ~24 KiB in all: over the stream's 16 KiB
-                with tracer.otel.start_as_current_span(f"big{i}") as span:
-                    span.set_attribute("text", "x" * 4000)
+    async with capped(nats_settings) as (store, tracer):
+        too_big(tracer, "ro-big", "big")
         with tracer.attempt("ro-small", "at-1"), tracer.otel.start_as_current_span("small"):
             pass
         with pytest.raises(PublishFailed):  # the refusal is still reported...
@@ -68,6 +75,3 @@ async def test_spans_the_bus_refuses_do_not_hold_back_other_rollouts(nats_settin
         with pytest.raises(PublishFailed):
             await tracer.flush("ro-big")  # ...but a flush of it alone (the end of its attempt) tries it
         assert tracer.backoff["ro-big"][1] == 0.4  # each refusal doubles the pause
-    finally:
-        tracer.shutdown()
-        await store.close()

@@ -51,6 +51,19 @@ async def write_chunk(store: Store, chunk: int) -> None:
     await store.log.publish_spans([e for i in range(667) for e in telemetry(f"ro-{chunk}-{i}", "a1", i)])
 
 
+def projector_env(nats: NatsSettings, db: Path, port: int, **more: str) -> dict[str, str]:
+    """The environment of a ``python -m voltbus.services.projector`` on the test's bus, ``db`` and ``port``;
+    ``more``: other projector settings (``batch_size="500"``)."""
+    return {
+        **os.environ,
+        "VOLTBUS_NATS__URL": nats.url,
+        "VOLTBUS_NATS__NAMESPACE": nats.namespace,
+        "VOLTBUS_PROJECTOR__DB": str(db),
+        "VOLTBUS_PROJECTOR__PORT": str(port),
+        **{f"VOLTBUS_PROJECTOR__{name.upper()}": value for name, value in more.items()},
+    }
+
+
 def start(env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "voltbus.services.projector"],
@@ -89,20 +102,16 @@ async def test_projector_killed_five_times_loses_and_doubles_nothing(
     chosen = seed()
     rng, why = random.Random(chosen), f"VOLTBUS_TEST_SEED={chosen}"
     db, port = tmp_path / "p.duckdb", free_port()
-    env = {
-        **os.environ,
-        "VOLTBUS_NATS__URL": nats_settings.url,
-        "VOLTBUS_NATS__NAMESPACE": nats_settings.namespace,
-        "VOLTBUS_PROJECTOR__DB": str(db),
-        "VOLTBUS_PROJECTOR__PORT": str(port),
-        "VOLTBUS_PROJECTOR__BATCH_SIZE": "500",
-    }
+    env = projector_env(nats_settings, db, port, batch_size="500")
     url = f"http://127.0.0.1:{port}"
     killed_at = []
     control = store.log.feed("control")
 
     async def at_least(seq: int) -> bool:
         return await control.last_seq() >= seq
+
+    async def applied(seq: int) -> bool:
+        return ((await health(url)) or {}).get("control", 0) >= seq
 
     for chunk in range(5):
         proc, writing = start(env), None
@@ -115,12 +124,12 @@ async def test_projector_killed_five_times_loses_and_doubles_nothing(
             await wait_for(answers, 60, "the projector's health endpoint", every=0.05)
             base = await control.last_seq()
             writing = asyncio.create_task(write_chunk(store, chunk))  # ...following the stream as it grows...
-            if chunk < 3:  # ...killed mid-write, once the log holds a random part of this chunk's 2,000 control events
-                target = base + rng.randrange(1, 2000)
+            target = base + rng.randrange(1, 2000)  # a random point of this chunk's 2,000 control events
+            if chunk < 3:  # ...killed mid-write, once the log holds it
                 await wait_for(functools.partial(at_least, target), 60, f"control seq {target}", every=0.005)
-            else:  # ...or at a random instant of its catch-up after the write
+            else:  # ...or in its catch-up after the write, once the projector has applied it
                 await writing
-                await asyncio.sleep(rng.uniform(0.0, 0.4))
+                await wait_for(functools.partial(applied, target), 60, f"projected control seq {target}", every=0.005)
             killed_at.append((await health(url), writing.done()))
         finally:
             proc.send_signal(signal.SIGKILL)

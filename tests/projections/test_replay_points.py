@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
 import re
 import shutil
 import time
@@ -25,7 +24,7 @@ from voltbus.store import EnqueueRolloutRequest, Store
 
 from ..conftest import free_port, wait_for
 from .conftest import dump, projected
-from .test_projector_crash import health, start
+from .test_projector_crash import health, projector_env, start
 from .test_sql_cli import cli
 from .workload import telemetry, write
 
@@ -212,14 +211,7 @@ async def test_replay_from_seq_is_refused_on_the_file_of_a_running_projector(
 ) -> None:
     await write(store, 3)
     db, port = tmp_path / "live.duckdb", free_port()
-    env = {
-        **os.environ,
-        "VOLTBUS_NATS__URL": nats_settings.url,
-        "VOLTBUS_NATS__NAMESPACE": nats_settings.namespace,
-        "VOLTBUS_PROJECTOR__DB": str(db),
-        "VOLTBUS_PROJECTOR__PORT": str(port),
-    }
-    ends, proc = await ends_at(store.log), start(env)
+    ends, proc = await ends_at(store.log), start(projector_env(nats_settings, db, port))
 
     async def caught_up() -> bool:
         assert proc.poll() is None, "the projector exited"

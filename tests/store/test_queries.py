@@ -4,8 +4,9 @@ and read-your-writes (a query sees what this client just wrote, or fails at its 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from operator import attrgetter
 from pathlib import Path
@@ -58,6 +59,21 @@ def in_sql_order(items: list[T], key: Callable[[T], Any], order: str) -> list[T]
 def sort_cases(query: str) -> list[tuple[str, str]]:
     """Every (sort_by, sort_order) a query allows."""
     return [(field, order) for field in SORTABLE[query] for order in ("asc", "desc")]
+
+
+async def check_every_sort(
+    query: Callable[..., Awaitable[Any]],
+    name: str,
+    items: list[T],
+    ident: Callable[[T], str],
+    keys: dict[str, Callable[[T], Any]] | None = None,
+) -> None:
+    """``query`` (the store method ``name``) sorted by each field both ways returns ``items`` (given in tie-break
+    order) as SQL orders them; ``keys``: a field's value where it is not the item's attribute of that name."""
+    for field, order in sort_cases(name):
+        key = (keys or {}).get(field, attrgetter(field))
+        got = await query(sort_by=field, sort_order=order)
+        assert [ident(x) for x in got] == [ident(x) for x in in_sql_order(items, key, order)], (field, order)
 
 
 async def setup_rollouts(store: Store) -> list[str]:
@@ -169,11 +185,8 @@ async def test_query_rollouts_sorts_by_every_sortable_field_both_ways(queried: S
     attempts = await varied_rollouts(queried)
     by_id = list(await queried.query_rollouts(sort_by="rollout_id"))  # the tie-break order
     assert [r.rollout_id for r in by_id] == sorted(attempts)
-    for field, order in sort_cases("query_rollouts"):
-        key = (lambda r: attempts[r.rollout_id]) if field == "attempt_count" else attrgetter(field)
-        got = await queried.query_rollouts(sort_by=field, sort_order=order)
-        expected = in_sql_order(by_id, key, order)
-        assert [r.rollout_id for r in got] == [r.rollout_id for r in expected], (field, order)
+    count = {"attempt_count": lambda r: attempts[r.rollout_id]}
+    await check_every_sort(queried.query_rollouts, "query_rollouts", by_id, attrgetter("rollout_id"), count)
 
 
 async def test_query_attempts_offset(queried: Store) -> None:
@@ -257,10 +270,9 @@ async def test_query_spans_total_of_a_page(queried: Store) -> None:
 async def test_query_spans_sorts_by_every_sortable_field_both_ways(queried: Store) -> None:
     r, added = await add_traced_spans(queried)
     position = {s.span_id: i for i, s in enumerate(added)}  # seq, the stream order, is the tie-break
-    for field, order in sort_cases("query_spans"):
-        key = (lambda s: position[s.span_id]) if field == "seq" else attrgetter(field)
-        got = await queried.query_spans(r.rollout_id, sort_by=field, sort_order=order)
-        assert [s.span_id for s in got] == [s.span_id for s in in_sql_order(added, key, order)], (field, order)
+    spans = functools.partial(queried.query_spans, r.rollout_id)
+    seq = {"seq": lambda s: position[s.span_id]}
+    await check_every_sort(spans, "query_spans", added, attrgetter("span_id"), seq)
     with pytest.raises(InvalidCommand, match="cannot sort by 'attributes'"):
         await queried.query_spans(r.rollout_id, sort_by="attributes")
 
@@ -277,10 +289,7 @@ async def test_query_resources_exact_id_sort_and_pages(queried: Store) -> None:
     both = await queried.query_resources(resources_id=a.resources_id, resources_id_contains=b.resources_id)
     assert both.total == 0  # the two filters are ANDed
     by_id = sorted(every, key=attrgetter("resources_id"))
-    for field, order in sort_cases("query_resources"):
-        got = await queried.query_resources(sort_by=field, sort_order=order)
-        expected = in_sql_order(by_id, attrgetter(field), order)
-        assert [x.resources_id for x in got] == [x.resources_id for x in expected], (field, order)
+    await check_every_sort(queried.query_resources, "query_resources", by_id, attrgetter("resources_id"))
     page = await queried.query_resources(sort_by="update_time", sort_order="desc", limit=2, offset=1)
     newest_first = in_sql_order(by_id, attrgetter("update_time"), "desc")
     assert [x.resources_id for x in page] == [x.resources_id for x in newest_first[1:3]]
@@ -301,10 +310,7 @@ async def test_query_workers_sort_and_pages(queried: Store) -> None:
     await varied_workers(queried)
     by_id = list(await queried.query_workers())
     assert [w.worker_id for w in by_id] == ["w-a", "w-b", "w-c", "w-d"]
-    for field, order in sort_cases("query_workers"):
-        got = await queried.query_workers(sort_by=field, sort_order=order)
-        expected = in_sql_order(by_id, attrgetter(field), order)
-        assert [w.worker_id for w in got] == [w.worker_id for w in expected], (field, order)
+    await check_every_sort(queried.query_workers, "query_workers", by_id, attrgetter("worker_id"))
     page = await queried.query_workers(sort_by="last_busy_time", sort_order="desc", limit=2, offset=1)
     busiest = in_sql_order(by_id, attrgetter("last_busy_time"), "desc")
     assert [w.worker_id for w in page] == [w.worker_id for w in busiest[1:3]] and page.total == 4

@@ -90,7 +90,7 @@ def bad_reward(task: Any, prompt_template: agl.PromptTemplate) -> None:
 
 @agl.rollout
 def hangs(task: Any, prompt_template: agl.PromptTemplate) -> None:
-    time.sleep(3600)
+    time.sleep(3600)  # stands for a hung agent: only run isolated, whose process is killed at the timeout
 
 
 @agl.rollout
@@ -165,7 +165,7 @@ def stuck_on_first_attempt(task: Any, prompt_template: agl.PromptTemplate, rollo
 
 @agl.rollout
 def takes_a_second(task: Any, prompt_template: agl.PromptTemplate) -> float:
-    time.sleep(1.0)
+    time.sleep(1.0)  # stands for a second of agent work
     return 1.0
 
 
@@ -184,7 +184,7 @@ async def openai_agent(task: dict[str, Any], llm: agl.LLM) -> float:
 async def sleeps_async(task: Any, prompt_template: agl.PromptTemplate) -> float:
     import asyncio
 
-    await asyncio.sleep(3600)
+    await asyncio.sleep(3600)  # stands for a hung async agent: cancelled at its timeout or the runner's stop
     return 0.0
 
 

@@ -37,6 +37,16 @@ REFRESH_TOGETHER = 2000
 
 UNAPPLIABLE = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputException, pa.ArrowException, OverflowError)
 """What rows out of a column's range (or type) raise in DuckDB or Arrow: the events that cause it are quarantined."""
+SAFETY: dict[str, str | bool | int] = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "lock_configuration": True,
+}
+"""DuckDB settings of every connection to a projection: SQL reaches no file but the database itself (and its own
+WAL and spill files), no network and no extension, and no statement can change these settings (a query sent to the
+SQL endpoint included). The projector itself needs none of it: its batches are registered Arrow tables."""
 
 
 def prepare_file(path: Path) -> None:
@@ -94,7 +104,7 @@ class Projector:
         self.applied = 0
         self._preparers: dict[str, Preparer] = {}
         prepare_file(self.path)
-        self.con = duckdb.connect(str(self.path), config={"threads": threads} if threads else {})
+        self.con = duckdb.connect(str(self.path), config=SAFETY | ({"threads": threads} if threads else {}))
         for block in self.schemas:
             self.con.execute(block.sql)
         self.con.execute("INSERT OR IGNORE INTO projection_meta VALUES ('version', ?)", [str(PROJECTION_VERSION)])

@@ -5,7 +5,8 @@ VoltbusError
  │    ├── UnknownRollout     the rollout id names nothing in the log
  │    ├── IllegalTransition  the command is not allowed in the current state
  │    ├── AttemptLimit       max_attempts is spent
- │    └── InvalidId          an id that cannot be used in a subject
+ │    ├── InvalidId          an id that cannot be used in a subject
+ │    └── QueryRefused       SQL that may not run, or ran past a limit, on a projection
  ├── ConcurrencyConflict     an optimistic append lost to another writer
  ├── DecodeError             bytes that are not a known event
  ├── PayloadTooLarge         an event larger than the bus accepts
@@ -72,6 +73,14 @@ class InvalidId(InvalidCommand):
         super().__init__(
             f"invalid {kind} {value!r}: use 1-128 characters from A-Z a-z 0-9 _ - (no dots, spaces or wildcards)"
         )
+
+
+class QueryRefused(InvalidCommand):
+    """A query a projection's SQL does not run (not read-only), or stopped at a limit; ``code`` says which."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(message)
 
 
 class ConcurrencyConflict(VoltbusError):

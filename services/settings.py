@@ -191,6 +191,25 @@ class ProjectorSettings(BaseModel):
     on a live projection matter more than ingest."""
     max_rows: int = 100_000
     """Most rows one SQL query returns over the endpoint (a clear error past it)."""
+    max_result_bytes: int = Field(default=64 << 20, ge=1)
+    """Most bytes (Arrow) one SQL answer holds, over the endpoint or ``voltbus sql --db`` (a clear error past it)."""
+    sql_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest one SQL query runs, over the endpoint or ``voltbus sql --db``: it is then interrupted and refused."""
+    sql_slots: int = Field(default=4, ge=1, le=64)
+    """SQL queries the endpoint runs at once; one more waits up to 5 s for a slot, then gets 503 (the projector's
+    own writes never wait for them)."""
+    token: str | None = None
+    """Bearer token required by POST /sql (generated with the bus users by voltbus up / compose). None: no token
+    (the endpoint then binds loopback only)."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Host names the endpoint answers besides loopback ones and ``host`` (a ``Host`` header naming anything else
+    gets 400: a web page cannot reach it through DNS rebinding), e.g. ``["projector"]`` in compose; ``*.domain``
+    patterns allowed."""
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """The headers a client of the SQL endpoint sends: the token, when there is one."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     @property
     def readers(self) -> dict[str, int]:

@@ -46,7 +46,7 @@ def build_app(settings: Settings) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(timeout=cfg.timeout_s) as client:
+        async with httpx.AsyncClient(timeout=cfg.timeout_s, headers=settings.projector.auth_headers) as client:
             app.state.settings = cfg
             app.state.projections = Projections(cfg.projector_url or settings.projector.url, client)
             yield

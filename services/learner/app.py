@@ -40,7 +40,7 @@ async def run(settings: Settings, tasks: list[Any], say: Callable[[str], None]) 
     val = load_tasks(s.val_tasks) if s.val_tasks else []
     say(f"run {run_id} (continue it with --run-id {run_id}); projector {settings.projector.url}")
     store = await connect(settings=settings.nats, name="voltbus-learner")
-    session = Session(store, run_id, settings.projector.url)
+    session = Session(store, run_id, settings.projector)
     try:
         history = await session.history()
         if history.finished is not None:

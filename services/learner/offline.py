@@ -76,7 +76,7 @@ async def train_offline(
     check_backend(s)  # a missing verl or GPU fails before anything is read or recorded
     run_id = s.run_id or new_run_id()
     store = await connect(settings=settings.nats, name="voltbus-learner-offline")
-    session = Session(store, run_id, settings.projector.url)
+    session = Session(store, run_id, settings.projector)
     try:
         sql, params = selection.query()
         table = await (asyncio.to_thread(read_local, db, sql, params) if db else session.query(sql, params))

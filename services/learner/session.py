@@ -27,6 +27,7 @@ from voltbus.schemas import derive_id
 from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.training import CheckpointSaved, RunFinished, RunStarted, StepCompleted, StepStarted
 from voltbus.services.eventlog import Envelope
+from voltbus.services.settings import ProjectorSettings
 from voltbus.store import EnqueueRolloutRequest, Rollout, Store
 
 log = logging.getLogger(__name__)
@@ -59,9 +60,10 @@ class History:
 class Session:
     """A run's link to the bus and the projector."""
 
-    def __init__(self, store: Store, run_id: str, projector_url: str) -> None:
+    def __init__(self, store: Store, run_id: str, projector: ProjectorSettings) -> None:
         self.store, self.run_id = store, run_id
-        self.sql_url = projector_url.rstrip("/") + "/sql"
+        self.sql_url = projector.url.rstrip("/") + "/sql"
+        self.sql_headers = projector.auth_headers
         self.subject = store.topology.run(run_id)
         self.http = httpx.AsyncClient(timeout=None)  # one client: each new one costs ~50 ms of CPU
 
@@ -134,7 +136,7 @@ class Session:
         deadline = time.monotonic() + timeout
         while True:  # a projector restarting (crash, deploy) is waited for, up to the query's timeout
             try:
-                response = await self.http.post(self.sql_url, json=body, timeout=timeout + 10)
+                response = await self.http.post(self.sql_url, json=body, headers=self.sql_headers, timeout=timeout + 10)
                 break
             except httpx.TransportError as exc:
                 if time.monotonic() > deadline:

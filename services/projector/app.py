@@ -10,23 +10,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
+import duckdb
+import pyarrow as pa
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from voltbus.projections import forks
 from voltbus.projections.follow import project
 from voltbus.projections.ipc import to_ipc
 from voltbus.projections.projector import Projector
-from voltbus.schemas.errors import InvalidCommand
+from voltbus.schemas.errors import QueryRefused
 from voltbus.services.eventlog import EventLog
+from voltbus.services.httpguard import check_exposure, guard
 from voltbus.services.natsserver import check_port
 from voltbus.services.settings import Settings
 
-from .sql import query, truncated_to
+from .sql import limits_of, query, truncated_to
 
 log = logging.getLogger(__name__)
 ARROW = "application/vnd.apache.arrow.stream"
@@ -62,8 +68,67 @@ class Progress:
         return True
 
 
-def build_app(settings: Settings, projector: Projector, progress: Progress) -> Starlette:
-    """The HTTP app: /sql and /health."""
+class Queries:
+    """Runs the endpoint's SQL: ``sql_slots`` at a time on threads of their own (the projector's own work never
+    waits for a thread), each under the query limits; a query whose request is cancelled (the client left, the
+    server stops) is interrupted, and so is every query still running when the projector stops."""
+
+    def __init__(self, settings: Settings, projector: Projector) -> None:
+        cfg = settings.projector
+        self.con, self.limits = projector.con, limits_of(cfg)
+        self.slots = asyncio.Semaphore(cfg.sql_slots)
+        self.pool = ThreadPoolExecutor(cfg.sql_slots, thread_name_prefix="voltbus-sql")
+        self.running: set[duckdb.DuckDBPyConnection] = set()
+
+    async def run(self, sql: str, params: dict[str, object] | None, truncate: bool) -> pa.Table:
+        """The rows of one query; QueryRefused ``busy`` when no slot frees within ``SLOT_WAIT_S``."""
+        try:
+            await asyncio.wait_for(self.slots.acquire(), SLOT_WAIT_S)
+        except TimeoutError:
+            raise QueryRefused("busy", f"{len(self.running)} queries are running (projector.sql_slots)") from None
+        mine: set[duckdb.DuckDBPyConnection] = set()
+        try:
+            call = partial(query, self.con, sql, self.limits, params, truncate, _Both(mine, self.running))
+            return await asyncio.get_running_loop().run_in_executor(self.pool, call)
+        except asyncio.CancelledError:
+            for cursor in list(mine):
+                cursor.interrupt()
+            raise
+        finally:
+            self.slots.release()
+
+    def stop(self) -> None:
+        """Interrupt every running query and let the threads go."""
+        for cursor in list(self.running):
+            cursor.interrupt()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Both(set[duckdb.DuckDBPyConnection]):
+    """Two sets of running cursors kept at once: a request's own, and the endpoint's."""
+
+    def __init__(self, *sets: set[duckdb.DuckDBPyConnection]) -> None:
+        super().__init__()
+        self.sets = sets
+
+    def add(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        for each in self.sets:
+            each.add(cursor)
+
+    def discard(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        for each in self.sets:
+            each.discard(cursor)
+
+
+SLOT_WAIT_S = 5.0
+"""Longest a query waits for one of ``projector.sql_slots``."""
+STATUS = {"read_only": 403, "busy": 503, "timeout": 408}
+"""HTTP status of each QueryRefused code; any other is 400."""
+
+
+def build_app(settings: Settings, projector: Projector, progress: Progress, queries: Queries | None = None) -> ASGIApp:
+    """The HTTP app: /sql and /health, behind the endpoint's token, Host and Origin checks (``httpguard``)."""
+    queries = queries or Queries(settings, projector)
 
     async def sql(request: Request) -> Response:
         try:
@@ -71,16 +136,16 @@ def build_app(settings: Settings, projector: Projector, progress: Progress) -> S
             text, min_seq = str(body["sql"]), {str(k): int(v) for k, v in (body.get("min_seq") or {}).items()}
             params = body.get("params") or None
             truncate = bool(body.get("truncate", False))
-        except (ValueError, KeyError, TypeError):
-            return JSONResponse({"error": 'send JSON {"sql": "...", "min_seq": {...}}'}, status_code=400)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return JSONResponse({"error": 'send JSON {"sql": "...", "min_seq": {...}}', "code": "bad_request"}, 400)
         if min_seq and not await progress.reach(min_seq, float(body.get("timeout", 10.0))):
             positions = projector.positions
             return JSONResponse({"error": f"projection at {positions}, not yet at {min_seq}"}, status_code=504)
         try:
-            table = await asyncio.to_thread(query, projector.con, text, settings.projector.max_rows, params, truncate)
-        except InvalidCommand as exc:
-            status = 403 if str(exc).startswith("read-only") else 400
-            return JSONResponse({"error": str(exc)}, status_code=status)
+            table = await queries.run(text, params, truncate)
+        except QueryRefused as exc:
+            headers = {"Retry-After": "1"} if exc.code == "busy" else None
+            return JSONResponse({"error": str(exc), "code": exc.code}, STATUS.get(exc.code, 400), headers)
         cut = truncated_to(table)
         headers = {"X-Voltbus-Truncated-To": str(cut)} if cut is not None else None
         return Response(to_ipc(table), media_type=ARROW, headers=headers)
@@ -88,27 +153,29 @@ def build_app(settings: Settings, projector: Projector, progress: Progress) -> S
     async def health(_: Request) -> Response:
         status = "diverged" if projector.diverged else "ok"  # the log no longer holds what was applied
         body = {"status": status, "diverged": projector.diverged, "positions": projector.positions}
-        return JSONResponse(body | {"applied": projector.applied, "db": str(projector.path)})
+        return JSONResponse(
+            body | {"applied": projector.applied, "db": str(projector.path), "queries": len(queries.running)}
+        )
 
-    return Starlette(routes=[Route("/sql", sql, methods=["POST"]), Route("/health", health)])
+    app = Starlette(routes=[Route("/sql", sql, methods=["POST"]), Route("/health", health)])
+    cfg = settings.projector
+    return guard(app, cfg.host, cfg.allowed_hosts, cfg.token)
 
 
 async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
     """Project the streams live and serve SQL until ``stop`` is set (or forever); ``ready`` is set once
     the SQL endpoint accepts connections."""
     cfg = settings.projector
+    check_exposure("the projector's SQL endpoint", cfg.host, cfg.token, "VOLTBUS_PROJECTOR__TOKEN")
     check_port(cfg.host, cfg.port, "projector SQL")
     if cfg.forks:
         await asyncio.to_thread(forks.prestart)  # the readers' fork server, started once
     eventlog = await EventLog.connect(settings.nats, name="voltbus-projector")
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
     projector = Projector(cfg.db, threads=cfg.duckdb_threads, refresh_interval=cfg.training_refresh_s)
-    progress = Progress(projector)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            build_app(settings, projector, progress), host=cfg.host, port=cfg.port, log_level="warning", lifespan="off"
-        )
-    )
+    progress, queries = Progress(projector), Queries(settings, projector)
+    app = build_app(settings, projector, progress, queries)
+    server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning", lifespan="off"))
     stop = stop or asyncio.Event()
     log.info(
         "projector on %s from control seq %d, spans seq %d; SQL at http://%s:%d/sql",
@@ -127,8 +194,10 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
                 ready.set()
             tasks.create_task(project(projector, eventlog, stop=stop, progress=progress, **cfg.feeding))
             await stop.wait()
+            queries.stop()
             server.should_exit = True
             await serving
     finally:
+        queries.stop()
         projector.close()
         await eventlog.close()

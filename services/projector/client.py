@@ -19,13 +19,13 @@ from voltbus.projections import forks, rewind
 from voltbus.projections.adapter import AdapterSettings
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.ipc import from_ipc
-from voltbus.projections.projector import PROJECTION_VERSION, STREAMS, Projector
+from voltbus.projections.projector import PROJECTION_VERSION, SAFETY, STREAMS, Projector
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.services.eventlog import EventLog
 from voltbus.services.progress import Meter
 from voltbus.services.settings import Settings
 
-from .sql import query, truncated_to
+from .sql import limits_of, query, truncated_to
 
 INTERNAL = {"rollout_states"}
 """Tables that are the projector's own bookkeeping, not exported."""
@@ -36,11 +36,11 @@ class ProjectionUnavailable(VoltbusError):
 
 
 def open_read_only(db: Path) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to a database no process is writing."""
+    """A read-only connection to a database no process is writing, that reaches no other file (``SAFETY``)."""
     if not db.exists():
         raise ProjectionUnavailable(f"no database at {db}")
     try:
-        return duckdb.connect(str(db), read_only=True)
+        return duckdb.connect(str(db), read_only=True, config=SAFETY)
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
             raise ProjectionUnavailable(
@@ -61,11 +61,11 @@ def run_sql(
     ``max_rows`` rows, marked (``sql.truncated_to``)."""
     if db is not None:
         with open_read_only(db) as con:
-            return query(con, sql, settings.projector.max_rows, params, truncate)
+            return query(con, sql, limits_of(settings.projector), params, truncate)
     url = settings.projector.url.rstrip("/") + "/sql"
     try:
         body = {"sql": sql, "params": params or {}, "truncate": truncate}
-        response = httpx.post(url, json=body, timeout=60)
+        response = httpx.post(url, json=body, headers=settings.projector.auth_headers, timeout=60)
     except httpx.TransportError as exc:
         raise ProjectionUnavailable(
             f"no projector answers at {url} ({exc}); start one with `voltbus projector`, or pass --db FILE"

@@ -1,33 +1,76 @@
-"""Read-only SQL against the projector's database: statement checks and Arrow results."""
+"""Read-only SQL on a projection: which statements may run, and running them so that they can only read.
+
+A query is checked with DuckDB's own parser (SELECT, or EXPLAIN of a SELECT), then run on a cursor of its own in a
+READ ONLY transaction that is always rolled back, on a database that reaches no file, network or extension
+(``projections.projector.SAFETY``); it is interrupted at its deadline and refused past its row or byte limit.
+"""
 
 from __future__ import annotations
+
+import re
+import threading
+from typing import NamedTuple
 
 import duckdb
 import pyarrow as pa
 
-from voltbus.schemas.errors import InvalidCommand
+from voltbus.schemas.errors import QueryRefused
+from voltbus.services.settings import ProjectorSettings
 
-READ_ONLY = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+_SELECT, _EXPLAIN = duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN
+_COMMENTS = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
+_EXPLAIN_HEAD = re.compile(r"EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\((?:[^()']|'[^']*')*\)\s*)?", re.I)
+BATCH_ROWS = 1024
+"""Rows per Arrow batch read from a result (the byte limit is checked after each)."""
+
+
+class Limits(NamedTuple):
+    """What one query may take: rows, bytes of its Arrow answer, seconds of running."""
+
+    max_rows: int = 100_000
+    max_bytes: int = 64 << 20
+    timeout_s: float = 30.0
 
 
 def check_read_only(sql: str) -> None:
-    """Refuse anything but SELECT / EXPLAIN, naming what was refused.
+    """Refuse anything but SELECT, or EXPLAIN (ANALYZE) of a SELECT, naming what was refused.
 
-    >>> check_read_only("SELECT 1; EXPLAIN SELECT 2")
+    >>> check_read_only("SELECT 1; EXPLAIN ANALYZE SELECT 2; /* c */ EXPLAIN (FORMAT json) FROM t")
     >>> check_read_only("DELETE FROM rollouts")
     Traceback (most recent call last):
     ...
-    voltbus.schemas.errors.InvalidCommand: read-only: only SELECT and EXPLAIN queries are allowed, got DELETE
+    voltbus.schemas.errors.QueryRefused: read-only: only SELECT and EXPLAIN SELECT are allowed, got DELETE
+    >>> check_read_only("EXPLAIN ANALYZE UPDATE rewards SET value = 100")
+    Traceback (most recent call last):
+    ...
+    voltbus.schemas.errors.QueryRefused: read-only: only SELECT and EXPLAIN SELECT are allowed, got EXPLAIN UPDATE
     """
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise InvalidCommand(f"SQL error: {exc}") from None
+    statements = _parse(sql)
     if not statements:
-        raise InvalidCommand("empty query")
+        raise QueryRefused("sql_error", "empty query")
     for statement in statements:
-        if statement.type not in READ_ONLY:
-            raise InvalidCommand(f"read-only: only SELECT and EXPLAIN queries are allowed, got {statement.type.name}")
+        kind = statement.type.name
+        if statement.type == _EXPLAIN:
+            kind = f"EXPLAIN {_explained(statement.query)}"
+        if kind not in ("SELECT", "EXPLAIN SELECT"):
+            raise QueryRefused("read_only", f"read-only: only SELECT and EXPLAIN SELECT are allowed, got {kind}")
+
+
+def _parse(sql: str) -> list[duckdb.Statement]:
+    try:
+        return duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryRefused("sql_error", f"SQL error: {exc}") from None
+
+
+def _explained(text: str) -> str:
+    """The type of the one statement an EXPLAIN wraps, or what keeps it from being known ("(unknown)")."""
+    head = _EXPLAIN_HEAD.match(text, _COMMENTS.match(text).end())  # type: ignore[union-attr]
+    try:
+        inner = duckdb.extract_statements(text[head.end() :]) if head else []
+    except duckdb.Error:
+        inner = []
+    return inner[0].type.name if len(inner) == 1 else "(unknown)"
 
 
 TRUNCATED = b"voltbus.truncated_to"
@@ -37,39 +80,63 @@ TRUNCATED = b"voltbus.truncated_to"
 def query(
     con: duckdb.DuckDBPyConnection,
     sql: str,
-    max_rows: int,
+    limits: Limits,
     params: dict[str, object] | None = None,
     truncate: bool = False,
+    running: set[duckdb.DuckDBPyConnection] | None = None,
 ) -> pa.Table:
-    """Run a read-only query on its own cursor (a committed snapshot); the last statement's rows.
+    """Run a read-only query on its own cursor, in a READ ONLY transaction rolled back at the end; the last
+    statement's rows.
 
-    ``params`` bind ``$name`` placeholders. At most ``max_rows + 1`` rows are ever read: a longer
-    result is refused (InvalidCommand), or with ``truncate`` cut to ``max_rows`` rows and marked in
-    its schema metadata (``truncated_to``)."""
+    ``params`` bind ``$name`` placeholders. At most ``max_rows + 1`` rows are ever read: a longer result is refused
+    (QueryRefused ``too_many_rows``), or with ``truncate`` cut to ``max_rows`` rows and marked in its schema metadata
+    (``truncated_to``). An answer over ``max_bytes`` is refused (``too_large``); a query still running after
+    ``timeout_s`` is interrupted (``timeout``). ``running`` holds the cursor while it runs (to interrupt it)."""
     check_read_only(sql)
     cursor = con.cursor()
+    timer = threading.Timer(limits.timeout_s, cursor.interrupt)
+    if running is not None:
+        running.add(cursor)
     try:
+        cursor.execute("BEGIN TRANSACTION READ ONLY")
+        timer.start()
         relation = cursor.sql(sql, params=params) if params else cursor.sql(sql)
-        table = _first_rows(relation, max_rows + 1) if relation is not None else pa.table({})
+        table = _first_rows(relation, limits) if relation is not None else pa.table({})
+    except duckdb.InterruptException:
+        raise QueryRefused(
+            "timeout", f"the query ran past {limits.timeout_s:g} s and was interrupted (projector.sql_timeout_s)"
+        ) from None
     except duckdb.Error as exc:
-        raise InvalidCommand(f"SQL error: {exc}") from None
+        raise QueryRefused("sql_error", f"SQL error: {exc}") from None
     finally:
-        cursor.close()
-    if table.num_rows <= max_rows:
+        timer.cancel()
+        if running is not None:
+            running.discard(cursor)
+        cursor.close()  # the transaction ends unapplied: nothing it did, if anything, is kept
+    if table.num_rows <= limits.max_rows:
         return table
     if not truncate:
-        raise InvalidCommand(f"the result has more than {max_rows} rows (projector.max_rows): add a LIMIT")
-    metadata = {**(table.schema.metadata or {}), TRUNCATED: str(max_rows).encode()}
-    return table.slice(0, max_rows).replace_schema_metadata(metadata)
+        raise QueryRefused(
+            "too_many_rows", f"the result has more than {limits.max_rows} rows (projector.max_rows): add a LIMIT"
+        )
+    metadata = {**(table.schema.metadata or {}), TRUNCATED: str(limits.max_rows).encode()}
+    return table.slice(0, limits.max_rows).replace_schema_metadata(metadata)
 
 
-def _first_rows(relation: duckdb.DuckDBPyRelation, count: int) -> pa.Table:
-    """The first ``count`` rows of ``relation``, reading no further (bounded memory)."""
-    reader = relation.to_arrow_reader(min(count, 10_000))
-    batches, rows = [], 0
+def _first_rows(relation: duckdb.DuckDBPyRelation, limits: Limits) -> pa.Table:
+    """The first ``max_rows + 1`` rows of ``relation``, reading no further (bounded memory)."""
+    count = limits.max_rows + 1
+    reader = relation.to_arrow_reader(min(count, BATCH_ROWS))
+    batches, rows, size = [], 0, 0
     for batch in reader:
         batches.append(batch)
-        rows += batch.num_rows
+        rows, size = rows + batch.num_rows, size + batch.nbytes
+        if size > limits.max_bytes:
+            raise QueryRefused(
+                "too_large",
+                f"the result is larger than {limits.max_bytes} bytes (projector.max_result_bytes):"
+                " select fewer columns or rows",
+            )
         if rows >= count:
             break
     return pa.Table.from_batches(batches, schema=reader.schema).slice(0, count)
@@ -79,3 +146,8 @@ def truncated_to(table: pa.Table) -> int | None:
     """The row limit a result was cut at, or None when it is whole."""
     value = (table.schema.metadata or {}).get(TRUNCATED)
     return int(value) if value is not None else None
+
+
+def limits_of(cfg: ProjectorSettings) -> Limits:
+    """The query limits a projector's settings give."""
+    return Limits(cfg.max_rows, cfg.max_result_bytes, cfg.sql_timeout_s)

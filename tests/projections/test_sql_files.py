@@ -30,7 +30,7 @@ def test_every_block_is_known_documented_and_valid() -> None:
         con.execute(block.sql)
     for block in named.values():  # every block must at least bind against the tables it writes
         assert block.sql.strip().endswith(";")
-    # blocks read their rows as ``batch`` (blocks.run: DuckDB finds the Arrow table by its variable name); a table
+    # blocks read their rows as ``batch`` (blocks.run registers the Arrow table under that name); a table
     # or view of that name would be read instead
     names = {n for (n,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     assert "batch" not in names and len(names) > 10, names

@@ -164,7 +164,7 @@ async def search_without_finishing(apo: APO, t: Trainer, train: list[Any], val: 
     """What a learner that dies after its last round leaves: the rounds and their state, no RunFinished."""
     async with bus(t.settings, t.say) as settings, local_system(settings, template_agent, t.n_runners) as s:
         store = await connect(settings=s.nats)
-        session = Session(store, apo.run_id or "", s.projector.url)
+        session = Session(store, apo.run_id or "", s.projector)
         critic = SearchCritic(apo.critic_llm(), apo.temperature, apo.max_retries)
         try:
             history = await session.open("apo", {})

@@ -75,14 +75,17 @@ async def connect(
     *,
     settings: NatsSettings | None = None,
     projector_url: str | None = None,
+    projector_token: str | None = None,
     name: str = "voltbus-store",
 ) -> Store:
     """Connect a store client to the bus (``url`` overrides the settings' URL); ``projector_url`` is
     where its query_* methods reach the running projector (default: ``VOLTBUS_PROJECTOR__URL``,
-    ``http://127.0.0.1:8765``)."""
+    ``http://127.0.0.1:8765``), with ``projector_token`` (default: ``VOLTBUS_PROJECTOR__TOKEN``)."""
     settings = settings or NatsSettings()
     if url:
         settings = settings.model_copy(update={"url": url})
     store = Store(await EventLog.connect(settings, name=name))
-    store.projector_url = projector_url or Settings().projector.url
+    projector = Settings().projector
+    store.projector_url = projector_url or projector.url
+    store.projector_token = projector_token or projector.token
     return store

@@ -114,6 +114,7 @@ class QueryMethods(StoreBase):
     """Agent Lightning's query_* methods over the projection."""
 
     projector_url: str = "http://127.0.0.1:8765"
+    projector_token: str | None = None
 
     async def _query(
         self, name: str, order: str, params: dict[str, Any], limit: int, offset: int
@@ -126,7 +127,8 @@ class QueryMethods(StoreBase):
         url = self.projector_url.rstrip("/") + "/sql"
         try:
             async with httpx.AsyncClient() as client:
-                response = await client.post(url, json=body, timeout=deadline + 30)  # room for the SQL itself
+                headers = {"Authorization": f"Bearer {self.projector_token}"} if self.projector_token else None
+                response = await client.post(url, json=body, headers=headers, timeout=deadline + 30)  # + the SQL
         except httpx.TransportError as exc:
             raise ProjectorUnavailable(f"no projector answers at {url} ({exc}): start `voltbus projector`") from None
         if response.status_code == 504:

@@ -54,7 +54,7 @@ class GRPO:
         run_id = base.learner.run_id or new_run_id()
         async with bus(base, trainer.say) as settings, local_system(settings, agent, trainer.n_runners) as wired:
             store = await connect(settings=wired.nats, name="voltbus-learner")
-            session = Session(store, run_id, wired.projector.url)
+            session = Session(store, run_id, wired.projector)
             try:
                 loop = Loop(wired.learner, trainer.initial_resources)
                 before = await validate(session, val, loop, False, trainer.say)
@@ -83,7 +83,7 @@ class Baseline:
             local_system(settings, agent, trainer.n_runners) as s,
         ):
             store = await connect(settings=s.nats, name="voltbus-baseline")
-            session = Session(store, f"baseline-{uuid.uuid4().hex[:8]}", s.projector.url)
+            session = Session(store, f"baseline-{uuid.uuid4().hex[:8]}", s.projector)
             try:
                 published = await store.add_resources(trainer.initial_resources) if trainer.initial_resources else None
                 pinned = f"{published.resources_id}:{published.version}" if published else None

@@ -89,7 +89,7 @@ class APO(SearchSettings):
     ) -> dict[str, Any]:  # fmt: skip
         run_id = self.run_id or new_run_id()
         store = await connect(settings=s.nats, name="voltbus-apo")
-        session = Session(store, run_id, s.projector.url)
+        session = Session(store, run_id, s.projector)
         critic = Critic(self.critic_llm(), self.temperature, self.max_retries)
         try:
             history = await session.open("apo", self._config())

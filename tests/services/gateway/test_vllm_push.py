@@ -15,7 +15,7 @@ from voltbus.schemas import GatewayResumed
 from voltbus.services.eventlog import EventLog
 from voltbus.services.gateway.record import Call, model_called
 from voltbus.services.learner.vllm_push import VllmPushError, push
-from voltbus.services.settings import NatsSettings
+from voltbus.services.settings import NatsSettings, ProjectorSettings
 
 from .conftest import model_calls
 from .stub_vllm import VllmControl, token_of
@@ -174,7 +174,9 @@ async def test_the_learner_pushes_each_version_it_publishes(
     store = await connect(settings=nats_settings, name="test-learner")
     try:
         loop = GRPO(fleet.learner.model_copy(update={"weights_in_bus_mb": 0}))
-        published = await loop.publish(Session(store, "run", "http://127.0.0.1:9"), weights, "ab" * 32)
+        published = await loop.publish(
+            Session(store, "run", ProjectorSettings(url="http://127.0.0.1:9")), weights, "ab" * 32
+        )
     finally:
         await store.close()
     assert published == "run:1"

@@ -14,7 +14,7 @@ from voltbus.services.learner import checkpoints
 from voltbus.services.learner.loop import GRPO
 from voltbus.services.learner.policy import Policy, initial_weights
 from voltbus.services.learner.session import Session
-from voltbus.services.settings import LearnerSettings, NatsSettings
+from voltbus.services.settings import LearnerSettings, NatsSettings, ProjectorSettings
 from voltbus.store import connect
 
 from .runs import run_events
@@ -29,7 +29,7 @@ async def test_a_saved_but_unrecorded_step_is_recorded_not_retrained(
         model_dir=policy_dir, weights_dir=tmp_path / "w", steps=1, tasks_per_step=1, group_size=2, rollout_timeout_s=1
     )
     store = await connect(settings=nats_settings)
-    session = Session(store, "run-saved", "http://127.0.0.1:1")
+    session = Session(store, "run-saved", ProjectorSettings(url="http://127.0.0.1:1"))
     algo = GRPO(s)
     try:  # what the first learner did before it was killed: step 0 sampled, updated, saved, published
         await session.open(algo.name, {})

@@ -24,7 +24,7 @@ async def test_a_query_waits_for_a_projector_that_is_not_up_yet(
     projector = ProjectorSettings(port=port, url=f"http://127.0.0.1:{port}", db=tmp_path / "p.duckdb")
     settings = Settings(nats=nats_settings, projector=projector)
     store = await connect(settings=nats_settings)
-    session = Session(store, "run-q", projector.url)
+    session = Session(store, "run-q", projector)
     caplog.set_level(logging.WARNING, "voltbus.services.learner.session")
     query = asyncio.create_task(session.query("SELECT 42 AS answer", timeout=60))
     stop, ready = asyncio.Event(), asyncio.Event()

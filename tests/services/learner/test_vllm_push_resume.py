@@ -13,7 +13,7 @@ from voltbus.services.learner import checkpoints
 from voltbus.services.learner.loop import GRPO
 from voltbus.services.learner.policy import Policy, initial_weights
 from voltbus.services.learner.session import Session
-from voltbus.services.settings import NatsSettings
+from voltbus.services.settings import NatsSettings, ProjectorSettings
 from voltbus.store import connect
 
 from ..gateway.stub_vllm import VllmControl
@@ -32,7 +32,7 @@ async def test_a_resumed_learner_pushes_the_version_it_continues_from(
     update = {"model_dir": policy_dir, "weights_dir": tmp_path / "w", "steps": 1, "tasks_per_step": 1}
     s = fleet.learner.model_copy(update={**update, "group_size": 2})
     store = await connect(settings=nats_settings)
-    session = Session(store, "run-resumed", "http://127.0.0.1:1")
+    session = Session(store, "run-resumed", ProjectorSettings(url="http://127.0.0.1:1"))
     try:  # a first learner without vllm_urls: step 0 trained, saved, published, recorded
         first = GRPO(s.model_copy(update={"vllm_urls": []}))
         await session.open(first.name, {})

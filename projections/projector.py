@@ -22,7 +22,7 @@ import pyarrow as pa
 from voltbus.schemas.errors import DecodeError
 from voltbus.services.eventlog import BadEvent, Envelope
 
-from . import blocks, lean, training
+from . import blocks, integrity, lean, training
 from .adapter import AdapterSettings
 from .prepare import Key, Prepared, Preparer, load_states, tables, unapplied
 from .rows import Row
@@ -50,7 +50,8 @@ SQL endpoint included). The projector itself needs none of it: its batches are r
 
 
 def prepare_file(path: Path) -> None:
-    """Move aside a database written by an older projection version (it will be rebuilt from the log)."""
+    """Move aside a database written by an older projection version, or one that lacks a table (a table recreated
+    empty would claim the log holds nothing for it): it will be rebuilt from the log."""
     if not path.exists():
         return
     with duckdb.connect(str(path), read_only=True) as con:
@@ -58,7 +59,11 @@ def prepare_file(path: Path) -> None:
             row = con.execute("SELECT value FROM projection_meta WHERE key = 'version'").fetchone()
         except duckdb.CatalogException:
             row = None
-    if row is None or int(row[0]) != PROJECTION_VERSION:
+        missing = integrity.missing_tables(con)
+    if row is not None and int(row[0]) == PROJECTION_VERSION and missing:
+        log.error("%s lacks tables %s: moved aside, rebuilding from the log", path, ", ".join(missing))
+        _move_aside(path, path.with_name(f"{path.name}.missing-tables.bak"))
+    elif row is None or int(row[0]) != PROJECTION_VERSION:
         backup = path.with_name(f"{path.name}.v{row[0] if row else 'unknown'}.bak")
         log.warning(
             "%s was built by projection version %s, not %d: moved to %s, rebuilding from the log",
@@ -67,10 +72,15 @@ def prepare_file(path: Path) -> None:
             PROJECTION_VERSION,
             backup,
         )
-        shutil.move(path, backup)
-        wal = path.with_name(path.name + ".wal")
-        if wal.exists():
-            shutil.move(wal, backup.with_name(backup.name + ".wal"))
+        _move_aside(path, backup)
+
+
+def _move_aside(path: Path, backup: Path) -> None:
+    """Move a database file (and its WAL) to ``backup``, replacing an older one there."""
+    shutil.move(path, backup)
+    wal = path.with_name(path.name + ".wal")
+    if wal.exists():
+        shutil.move(wal, backup.with_name(backup.name + ".wal"))
 
 
 class Projector:

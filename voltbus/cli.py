@@ -192,6 +192,17 @@ def replay(
 
 
 @app.command()
+def verify(
+    db: Annotated[Path | None, typer.Option("--db", help="verify this file (no projector may hold it)")] = None,
+    nats_url: NatsUrl = None,
+) -> None:
+    """Compare every table of the projection (the running projector's, or --db) with a rebuild from the log."""
+    from voltbus.services.projector.verify import verify_sync
+
+    verify_sync(settings_for(nats_url), db, say)
+
+
+@app.command()
 def reproject(
     adapter: Annotated[str, typer.Option("--adapter", help="adapter settings: a JSON object or a .json/.toml file")],
     db: Annotated[Path, typer.Option("--db", help="the NEW DuckDB file to build")],

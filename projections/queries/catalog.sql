@@ -18,3 +18,7 @@ ORDER BY ordinal_position;
 SELECT constraint_column_names
 FROM duckdb_constraints()
 WHERE table_name = $name AND constraint_type = 'PRIMARY KEY';
+
+-- name: tables
+-- The projection's tables (not its views), by name.
+SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY table_name;

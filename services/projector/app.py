@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from voltbus.projections import forks
+from voltbus.projections import forks, integrity
 from voltbus.projections.follow import project
 from voltbus.projections.ipc import to_ipc
 from voltbus.projections.projector import Projector
@@ -151,8 +151,11 @@ def build_app(settings: Settings, projector: Projector, progress: Progress, quer
         return Response(to_ipc(table), media_type=ARROW, headers=headers)
 
     async def health(_: Request) -> Response:
-        status = "diverged" if projector.diverged else "ok"  # the log no longer holds what was applied
-        body = {"status": status, "diverged": projector.diverged, "positions": projector.positions}
+        with projector.con.cursor() as cursor:
+            missing = integrity.missing_tables(cursor)  # a table lost under a running projector: restart it
+        status = "diverged" if projector.diverged else "degraded" if missing else "ok"
+        body = {"status": status, "diverged": projector.diverged, "missing_tables": missing}
+        body["positions"] = projector.positions
         return JSONResponse(
             body | {"applied": projector.applied, "db": str(projector.path), "queries": len(queries.running)}
         )

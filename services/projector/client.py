@@ -55,16 +55,17 @@ def run_sql(
     db: Path | None = None,
     params: dict[str, object] | None = None,
     truncate: bool = False,
+    min_seq: dict[str, int] | None = None,
 ) -> pa.Table:
     """Rows of a read-only query (``$name`` placeholders bound from ``params``), from ``db`` if given, else from
-    the running projector. Past ``projector.max_rows`` rows: an error, or with ``truncate`` the first
-    ``max_rows`` rows, marked (``sql.truncated_to``)."""
+    the running projector (once it applied ``min_seq``, if given). Past ``projector.max_rows`` rows: an error, or
+    with ``truncate`` the first ``max_rows`` rows, marked (``sql.truncated_to``)."""
     if db is not None:
         with open_read_only(db) as con:
             return query(con, sql, limits_of(settings.projector), params, truncate)
     url = settings.projector.url.rstrip("/") + "/sql"
     try:
-        body = {"sql": sql, "params": params or {}, "truncate": truncate}
+        body = {"sql": sql, "params": params or {}, "truncate": truncate, "min_seq": min_seq or {}, "timeout": 50}
         response = httpx.post(url, json=body, headers=settings.projector.auth_headers, timeout=60)
     except httpx.TransportError as exc:
         raise ProjectionUnavailable(
@@ -179,14 +180,14 @@ async def rebuild(
         threads = settings.projector.duckdb_threads
         projector = Projector(db, adapter, defer_training=not going_on, threads=threads)
         try:
-            return await _rebuild(settings, projector, log_, ends, say, label, every)
+            return await rebuild_into(settings, projector, log_, ends, say, label, every)
         finally:
             projector.close()
     finally:
         await log_.close()
 
 
-async def _rebuild(
+async def rebuild_into(
     settings: Settings,
     projector: Projector,
     log_: EventLog,

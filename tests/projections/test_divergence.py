@@ -99,7 +99,7 @@ async def test_control_that_differs_from_the_log_stops_and_says_so(store: Store,
     [row] = live.con.execute("SELECT stream, applied_to, good_to, action FROM divergences").fetchall()
     assert row == ("control", at + 1, at, "stopped")
     app = build_app(Settings(), live, Progress(live))
-    health = TestClient(app).get("/health").json()
+    health = TestClient(app, base_url="http://127.0.0.1").get("/health").json()
     assert health["status"] == "diverged"
     assert "control" in health["diverged"]
     live.close()

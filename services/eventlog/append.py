@@ -3,7 +3,8 @@
 Every message carries ``Nats-Msg-Id`` = event id. An append to an aggregate carries the expected
 last sequence of its wildcard subject (optimistic concurrency). An unknown outcome (timeout) is
 retried with the same ids; a conflict is resolved by looking at the message right after the
-expected sequence: if it carries our id, the append had already been applied.
+expected sequence: if it carries our id, the append had already been applied. A publish the server
+refuses this user (its role's permissions) raises ``PermissionDenied`` at once, never retried.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import ConcurrencyConflict, PayloadTooLarge, PublishFailed
 
+from .connection import refusable, watch_refusals
 from .records import Appended
 
 log = logging.getLogger(__name__)
@@ -79,11 +81,12 @@ class Writer:
     async def append(self, messages: Sequence[Message], expect: Expectation | None) -> Appended:
         """Store ``messages`` exactly once, atomically when there are several."""
         check_sizes(messages, self.nc.max_payload)
+        subjects, ids = [m.subject for m in messages], [m.event_id for m in messages]
         for attempt in range(self.retries + 1):
             try:
                 if len(messages) == 1:
-                    return await self._publish_one(messages[0], expect)
-                return await self._publish_batch(messages, expect)
+                    return await refusable(self.nc, subjects, ids, self._publish_one(messages[0], expect))
+                return await refusable(self.nc, subjects, ids, self._publish_batch(messages, expect))
             except nats.errors.TimeoutError:
                 log.warning("append %s: no ack (try %d), retrying", messages[0].event_id, attempt + 1)
             except APIError as exc:
@@ -152,14 +155,15 @@ class Writer:
 
         Pipelined publishes are bounded by a timeout (nats-py 2.16 never resolves a pipelined publish
         that the server rejects, issue 985); those that did not succeed are redone one by one, which
-        reports the definitive outcome.
+        reports the definitive outcome (``PermissionDenied`` at once for a subject this user may not publish to).
         """
         check_sizes([m for m, _ in items], self.nc.max_payload)
         futures = []
-        for m, expect in items:
-            headers = {Header.MSG_ID: m.event_id, **(expect.headers() if expect else {})}
-            futures.append(await self.js.publish_async(m.subject, m.data, headers=headers))
-        await settle(futures, self.timeout)
+        async with watch_refusals(self.nc, {m.subject for m, _ in items}) as denial:
+            for m, expect in items:
+                headers = {Header.MSG_ID: m.event_id, **(expect.headers() if expect else {})}
+                futures.append(await self.js.publish_async(m.subject, m.data, headers=headers))
+            await settle(futures, self.timeout, denial)  # a refusal: the redo below raises it for its event
         results: list[Appended | ConcurrencyConflict] = []
         for (m, expect), fut in zip(items, futures, strict=True):
             if fut.done() and not fut.cancelled() and fut.exception() is None:
@@ -174,11 +178,17 @@ class Writer:
         return results
 
 
-async def settle(futures: Sequence[asyncio.Future[object]], timeout: float) -> None:
+async def settle(
+    futures: Sequence[asyncio.Future[object]], timeout: float, denial: asyncio.Future[str] | None = None
+) -> None:
     """Wait for pipelined acks. The server answers one connection's publishes in order, so once the
-    last is answered, an earlier one still open was rejected (and nats-py 2.16 will never resolve it)."""
+    last is answered, an earlier one still open was rejected (and nats-py 2.16 will never resolve it).
+    A ``denial`` (a refused publish) ends the wait at once."""
     if futures:
-        await asyncio.wait([futures[-1]], timeout=timeout)
+        stop = [futures[-1]] if denial is None else [futures[-1], denial]
+        await asyncio.wait(stop, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if denial is not None and denial.done():
+            return
         pending = [f for f in futures if not f.done()]
         if pending:  # replies to earlier publishes arrived before the last one's; give stragglers a moment
             await asyncio.wait(pending, timeout=min(timeout, 0.05))

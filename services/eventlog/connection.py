@@ -1,17 +1,19 @@
-"""Connecting to the bus with one clear error when it is not there."""
+"""Connecting to the bus with one clear error when it is not there; a refused publish raised at once."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import re
 import ssl
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from typing import Any, TypeVar
 
+import nats.errors
 from nats.aio.client import Client
 
-from voltbus.schemas.errors import BusAuthRefused, BusUnavailable
+from voltbus.schemas.errors import BusAuthRefused, BusUnavailable, PermissionDenied
 
 from ..settings import NatsSettings
 from .parser import STORED, SinkParser
@@ -20,6 +22,11 @@ log = logging.getLogger(__name__)
 
 Sink = Callable[[bytes, bytes, bytes], None]
 """Takes a delivered message's subject, reply subject and payload, as the protocol parser read them."""
+
+T = TypeVar("T")
+
+_REFUSED = re.compile(r'permissions violation for publish to "([^"]+)"')
+"""The server's ``-ERR`` for a refused publish, as nats-py hands it over (lower-cased)."""
 
 
 class Connection(Client):
@@ -37,7 +44,50 @@ class Connection(Client):
         super().__init__()
         self.sinks: dict[int, Sink] = {}
         """Sink of each subscription id that has one."""
+        self.refusals: dict[str, set[asyncio.Future[str]]] = {}
+        """Publishes in flight per subject (lower case), each resolved with the subject when the server refuses it."""
         self._ps = SinkParser(self)
+
+    async def _process_err(self, err_msg: str) -> None:
+        """A refused publish that a publisher is waiting for goes to it (it raises ``PermissionDenied``), not to
+        the error callback: the server answers a refused publish with this ``-ERR`` only, never with an ack."""
+        match = _REFUSED.search(err_msg)
+        waiting = self.refusals.get(match.group(1)) if match else None
+        if not waiting:
+            await super()._process_err(err_msg)
+            return
+        self._err = nats.errors.Error(f"nats: {err_msg.strip(chr(39))}")
+        for fut in waiting:
+            if not fut.done():
+                fut.set_result(match.group(1))  # type: ignore[union-attr]
+
+    @contextlib.asynccontextmanager
+    async def watch_refusals(self, subjects: Collection[str]) -> AsyncIterator[asyncio.Future[str]]:
+        """A future resolved with the first of ``subjects`` (lower case) the server refuses this user to publish
+        to while the block runs. After a refusal, the block ends with a round trip to the server, so that the
+        refusals of the block's other publishes (answered before it) are taken here too."""
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        keys = {s.lower() for s in subjects}
+        for key in keys:
+            self.refusals.setdefault(key, set()).add(fut)
+        cancelled = False
+        try:
+            yield fut
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        finally:
+            try:
+                if fut.done() and not cancelled:
+                    with contextlib.suppress(Exception):
+                        await self.flush(timeout=self.options.get("drain_timeout") or 5)
+            finally:
+                for key in keys:
+                    waiting = self.refusals.get(key)
+                    if waiting is not None:
+                        waiting.discard(fut)
+                        if not waiting:
+                            del self.refusals[key]
 
     async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         sink = self.sinks.get(sid)
@@ -47,6 +97,38 @@ class Connection(Client):
         self.stats["in_msgs"] += 1
         self.stats["in_bytes"] += len(data)
         sink(subject, reply, data)
+
+
+@contextlib.asynccontextmanager
+async def watch_refusals(nc: Client, subjects: Collection[str]) -> AsyncIterator[asyncio.Future[str]]:
+    """``Connection.watch_refusals``; on another client, a future that never resolves (refusals time out)."""
+    if isinstance(nc, Connection):
+        async with nc.watch_refusals(subjects) as fut:
+            yield fut
+        return
+    yield asyncio.get_running_loop().create_future()
+
+
+def refused(nc: Client, lowered: str, subjects: Sequence[str], event_ids: Sequence[str]) -> PermissionDenied:
+    """The error for a refusal of ``lowered``: the user, the subject as the publisher spelled it, the events."""
+    subject = next((s for s in subjects if s.lower() == lowered), lowered)
+    return PermissionDenied(nc.options.get("user"), subject, list(event_ids))
+
+
+async def refusable(nc: Client, subjects: Sequence[str], event_ids: Sequence[str], work: Awaitable[T]) -> T:
+    """Await ``work`` (publishes to ``subjects``); raise :class:`PermissionDenied` as soon as the server refuses
+    one of them, instead of waiting for an ack that will never come."""
+    async with watch_refusals(nc, subjects) as denial:
+        task = asyncio.ensure_future(work)
+        try:
+            await asyncio.wait([task, denial], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if denial.done() and not (task.done() and not task.cancelled() and task.exception() is None):
+            task.cancel()
+            raise refused(nc, denial.result(), subjects, event_ids)
+        return await task
 
 
 async def unsubscribe(sub: Any) -> None:

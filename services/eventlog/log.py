@@ -26,7 +26,7 @@ from voltbus.schemas.subjects import Topology, aggregate_of, subject_for
 from ..settings import NatsSettings
 from . import objects
 from .append import Expectation, Message, Writer
-from .connection import connect, unsubscribe
+from .connection import connect, refusable, unsubscribe
 from .feed import Feed
 from .read import read_subject
 from .records import Appended, BadEvent, Envelope
@@ -154,7 +154,9 @@ class EventLog:
         messages = [self._message(e) for e in events]
         if batch:
             messages = batched(messages, min(s.span_batch_bytes, s.max_payload // 2))
-        last = await publish_pipelined(self.js, messages, s.span_window, s.request_timeout_s, s.publish_retries)
+        last = await publish_pipelined(
+            self.nc, self.js, messages, s.span_window, s.request_timeout_s, s.publish_retries
+        )
         self.written["spans"] = max(self.written["spans"], last)
 
     async def next_sequence(self, rollout_id: str, count: int = 1) -> int:
@@ -162,7 +164,8 @@ class EventLog:
         subject = self.topology.counter(rollout_id)
         headers = {Header.INCR: str(count)}
         try:
-            ack = await self.js.publish(subject, b"", timeout=self.settings.request_timeout_s, headers=headers)
+            publish = self.js.publish(subject, b"", timeout=self.settings.request_timeout_s, headers=headers)
+            ack = await refusable(self.nc, [subject], [subject], publish)
         except (TimeoutError, nats.errors.Error) as exc:  # overshooting on a retry only leaves a gap in the ids
             raise PublishFailed([subject], f"span counter not advanced: {exc or type(exc).__name__}") from None
         return int(ack.val or 0)

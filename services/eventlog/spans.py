@@ -2,7 +2,8 @@
 
 Publishes go out in windows; every window waits for its acks with a deadline. Whatever was not
 acknowledged is retried with the same message ids (the server deduplicates), and what still fails
-is raised as :class:`PublishFailed` naming the events, never dropped.
+is raised as :class:`PublishFailed` naming the events, never dropped. A subject the server refuses
+this user raises :class:`PermissionDenied` at once, never retried.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import Header
 
@@ -17,6 +19,7 @@ from voltbus.schemas.base import SCHEMA_VERSION, derive_id
 from voltbus.schemas.errors import PublishFailed
 
 from .append import Message, settle
+from .connection import refused, watch_refusals
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +61,13 @@ def _pack(subject: str, pack: list[Message]) -> Message:
     return Message(subject, data, event_id, tuple(m.event_id for m in pack))
 
 
-async def _window(js: JetStreamContext, batch: Sequence[Message], timeout: float) -> tuple[list[Message], int]:
+async def _window(
+    nc: Client, js: JetStreamContext, batch: Sequence[Message], timeout: float
+) -> tuple[list[Message], int]:
     """Publish one window; return the messages that were not acknowledged and the highest sequence acked."""
-    futures = [await js.publish_async(m.subject, m.data, headers={Header.MSG_ID: m.event_id}) for m in batch]
-    await settle(futures, timeout)
+    async with watch_refusals(nc, {m.subject for m in batch}) as denial:
+        futures = [await js.publish_async(m.subject, m.data, headers={Header.MSG_ID: m.event_id}) for m in batch]
+        await settle(futures, timeout, denial)
     failed, highest = [], 0
     for m, fut in zip(batch, futures, strict=True):
         if not fut.done() or fut.cancelled() or fut.exception() is not None:
@@ -69,11 +75,15 @@ async def _window(js: JetStreamContext, batch: Sequence[Message], timeout: float
             failed.append(m)
         else:
             highest = max(highest, fut.result().seq)
+    if denial.done():
+        lowered = denial.result()
+        ids = [i for m in failed if m.subject.lower() == lowered for i in m.event_ids]
+        raise refused(nc, lowered, [m.subject for m in failed], ids)
     return failed, highest
 
 
 async def publish_pipelined(
-    js: JetStreamContext, messages: Sequence[Message], window: int, timeout: float, retries: int
+    nc: Client, js: JetStreamContext, messages: Sequence[Message], window: int, timeout: float, retries: int
 ) -> int:
     """Publish ``messages`` at most ``window`` in flight; return the highest sequence stored; raise if
     any stays unacknowledged."""
@@ -81,7 +91,7 @@ async def publish_pipelined(
     for attempt in range(retries + 1):
         failed: list[Message] = []
         for start in range(0, len(pending), window):
-            lost, acked = await _window(js, pending[start : start + window], timeout)
+            lost, acked = await _window(nc, js, pending[start : start + window], timeout)
             failed += lost
             highest = max(highest, acked)
         if not failed:

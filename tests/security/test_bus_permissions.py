@@ -14,7 +14,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from voltbus.schemas.errors import BusAuthRefused, PublishFailed
+from voltbus.schemas.errors import BusAuthRefused, PermissionDenied, PublishFailed
 from voltbus.schemas.resources import ResourcesPublished
 from voltbus.schemas.rollouts import AttemptSucceeded, RolloutQueued
 from voltbus.schemas.spans import RewardReported
@@ -122,14 +122,15 @@ async def test_forbidden_publish_is_refused_by_the_server(
     subject = admin_log._message(event).subject  # type: ignore[arg-type]
     log = await EventLog.connect(role_settings(secured_server, auth_dir, role), name=f"test-{role}")
     try:
-        with caplog.at_level(logging.WARNING), pytest.raises(PublishFailed):
+        with caplog.at_level(logging.WARNING), pytest.raises(PermissionDenied) as refused:
             if isinstance(event, RewardReported):
                 await log.publish_spans([event])
             else:
                 await log.append([event])  # type: ignore[list-item]
     finally:
         await log.close()
-    assert f'permissions violation for publish to "{subject}"'.lower() in caplog.text.lower()
+    assert (refused.value.user, refused.value.subject, refused.value.event_ids) == (role, subject, [event.event_id])
+    assert isinstance(refused.value, PublishFailed)  # callers that catch PublishFailed still see it
     assert any(f'user:{role}" - Publish Violation - Subject "{subject}"' in line for line in violations(secured_server))
     assert await stored_count(admin_log, subject) == 0
 

@@ -74,9 +74,10 @@ def error_of(reply: httpx.Response) -> tuple[int, str, str]:
 def test_the_gateway_refuses_what_no_key_or_another_rollout_s_key_may_do(gateway_up: tuple[UpProcess, Path]) -> None:
     up, auth = gateway_up
     base = f"http://127.0.0.1:{up.ports['gateway']}"
-    runner = read_env_file(auth / "runner.env", {})
-    key_a = rollout_key(runner["VOLTBUS_GATEWAY__KEY_SECRET"], "ro-a")  # what the runner hands rollout A's agent
-    admin = {"Authorization": f"Bearer {read_env_file(auth / 'admin.env', {})['VOLTBUS_GATEWAY__ADMIN_KEY']}"}
+    secret = read_env_file(auth / "runner.env", {}).get("VOLTBUS_GATEWAY__KEY_SECRET", "none generated")
+    key_a = rollout_key(secret, "ro-a")  # what the runner hands rollout A's agent
+    admin_key = read_env_file(auth / "admin.env", {}).get("VOLTBUS_GATEWAY__ADMIN_KEY", "none generated")
+    admin = {"Authorization": f"Bearer {admin_key}"}
     as_a = {"Authorization": f"Bearer {key_a}"}
     with httpx.Client(base_url=base, timeout=30) as http:
         ok = http.post("/v1/chat/completions", json=CHAT, headers=admin)  # the operator's key works: one record
@@ -93,6 +94,7 @@ def test_the_gateway_refuses_what_no_key_or_another_rollout_s_key_may_do(gateway
             (http.post("/admin/pause", json={"reason": "attack"}, headers=as_a), 403),
         ]
         for reply, status in refused:
+            assert reply.status_code == status, f"{reply.request.method} {reply.request.url}: {reply.text}"
             code, kind, message = error_of(reply)
             assert (code, kind) == (status, "unauthorized" if status == 401 else "forbidden"), reply.text
             if status == 403:

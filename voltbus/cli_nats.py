@@ -49,14 +49,16 @@ def auth_init(
     namespace: Annotated[
         str | None, typer.Option(help="the deployment's namespace [env: VOLTBUS_NATS__NAMESPACE]")
     ] = None,  # noqa: E501
-    force: Annotated[bool, typer.Option(help="replace existing credentials (every role gets a new password)")] = False,
+    force: Annotated[bool, typer.Option(help="replace existing credentials (new passwords and keys)")] = False,
     keep_existing: Annotated[
         bool, typer.Option(help="create only what is missing, keep every existing password and key (up, compose)")
     ] = False,
     rounds: Annotated[int, typer.Option(help="bcrypt cost; the server pays it once per connection")] = 11,
 ) -> None:
-    """Generate a password per role (the server's include of their bcrypt hashes and permissions, and env
-    files), the gateway's key secret and admin key, and the projector's SQL token, in the roles' env files."""
+    """Generate a deployment's credentials: a bus user per role, the gateway's keys and the SQL token.
+
+    Writes the server's include (bcrypt hashes and permissions) and one env file per role holding its
+    password and the secrets it uses: the gateway key secret, the gateway admin key, the SQL token."""
     from voltbus.cli import say, settings_for
     from voltbus.schemas.subjects import Topology
     from voltbus.services.credentials import ensure_credentials

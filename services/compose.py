@@ -4,8 +4,9 @@ The file is interpolated the way compose does it (``${VAR:-default}`` from the e
 each service is translated for one machine: service hostnames and ``0.0.0.0`` become ``127.0.0.1``,
 a named volume's mount point becomes ``<data dir>/<volume>`` (a bind mount's, its host path),
 ``env_file`` entries are read (relative to the compose file; ``environment`` wins over them), ``voltbus``
-is this Python's CLI, and the health check's URL is what readiness polls. Ports are the same inside and
-outside containers.
+is this Python's CLI, and the health check's URL is what readiness polls. A service another waits for with
+``condition: service_completed_successfully`` (the ``credentials`` init) is a one-shot job: ``once``. Ports are
+the same inside and outside containers.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from typing import Any
 import yaml
 
 from voltbus.schemas.errors import VoltbusError
-
-from .settings import NatsSettings
 
 _VAR = re.compile(r"\$\{(\w+)(?:(:?-)([^}]*))?\}")
 _URL = re.compile(r"https?://[^'\"\s]+")
@@ -48,6 +47,8 @@ class Service:
     profiles: list[str] = field(default_factory=list)
     volumes: dict[str, Path] = field(default_factory=dict)
     """Local directory of each named volume, by its mount point in the container."""
+    once: bool = False
+    """A job that must exit 0 before its dependents start (compose's ``service_completed_successfully``)."""
 
 
 def interpolate(text: str, env: Mapping[str, str]) -> str:
@@ -136,7 +137,7 @@ def _mount(source: str, base: Path, data_dir: Path) -> Path:
 
 
 def _service(name: str, raw: dict[str, Any], names: list[str], data_dir: Path, base: Path,
-             env: Mapping[str, str]) -> Service:  # fmt: skip
+             env: Mapping[str, str], once: bool) -> Service:  # fmt: skip
     volumes = {}
     for v in raw.get("volumes", []):
         source, target = str(v).split(":")[:2]
@@ -157,23 +158,29 @@ def _service(name: str, raw: dict[str, Any], names: list[str], data_dir: Path, b
         host_ports=[_host_port(p) for p in raw.get("ports", [])],
         profiles=list(raw.get("profiles", [])),
         volumes=volumes,
+        once=once,
     )
 
 
 def load_topology(path: Path, env: Mapping[str, str], data_dir: Path) -> dict[str, Service]:
     """Every service of the compose file at ``path``, localized, in the file's order."""
     services, base = read_compose(path, env)["services"], path.resolve().parent
-    names = list(services)
-    return {name: _service(name, raw or {}, names, data_dir, base, env) for name, raw in services.items()}
+    names, jobs = list(services), completed_dependencies(services)
+    return {name: _service(name, raw or {}, names, data_dir, base, env, name in jobs) for name, raw in services.items()}
 
 
-def namespace_of(doc: dict[str, Any]) -> str:
-    """The bus namespace the compose document's services use (``VOLTBUS_NATS__NAMESPACE``, default ``vb``)."""
-    for raw in doc["services"].values():
-        found = ((raw or {}).get("environment") or {}).get("VOLTBUS_NATS__NAMESPACE")
-        if found:
-            return str(found)
-    return NatsSettings().namespace
+def completed_dependencies(services: dict[str, Any]) -> set[str]:
+    """The services some other service waits for with ``condition: service_completed_successfully``.
+
+    >>> completed_dependencies({"a": {"depends_on": {"init": {"condition": "service_completed_successfully"}}}})
+    {'init'}
+    """
+    found = set()
+    for raw in services.values():
+        deps = (raw or {}).get("depends_on") or {}
+        if isinstance(deps, dict):
+            found |= {d for d, c in deps.items() if (c or {}).get("condition") == "service_completed_successfully"}
+    return found
 
 
 def start_order(services: dict[str, Service]) -> list[str]:

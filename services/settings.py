@@ -7,12 +7,22 @@ reads the environment; the CLI builds Settings once and passes it down.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 import platformdirs
 from pydantic import BaseModel, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from voltbus.schemas.errors import VoltbusError
 
 
 def _url_list(value: object) -> object:
@@ -523,3 +533,43 @@ class Settings(BaseSettings):
     """Dashboard settings."""
     log_level: str = "INFO"
     """Logging level for every service."""
+    credentials_file: Path | None = None
+    """A role's env file (``<auth dir>/<role>.env``, written by ``voltbus nats auth init``, ``voltbus up`` and
+    compose's ``credentials`` service) whose ``VOLTBUS_*`` lines are read at start-up, winning over the
+    same variables in the environment (``VOLTBUS_CREDENTIALS_FILE``); None: none. A missing file is an error."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        credentials = CredentialsFile(settings_cls, (init_settings, env_settings))
+        return init_settings, credentials, env_settings, dotenv_settings, file_secret_settings
+
+
+class CredentialsNotFound(VoltbusError):
+    """``credentials_file`` names no readable file."""
+
+
+class CredentialsFile(PydanticBaseSettingsSource):
+    """The ``VOLTBUS_*`` variables of the ``credentials_file`` that ``sources`` name (compose's init service
+    writes it after compose created the containers, so it cannot be an ``env_file``)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], sources: tuple[PydanticBaseSettingsSource, ...]) -> None:
+        super().__init__(settings_cls)
+        self.sources = sources
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads the whole file
+
+    def __call__(self) -> dict[str, Any]:
+        path = next((found for s in self.sources if (found := s().get("credentials_file"))), None)
+        if path is None:
+            return {}
+        if not Path(path).is_file() or not os.access(path, os.R_OK):
+            raise CredentialsNotFound(f"no readable credentials file at {path} (VOLTBUS_CREDENTIALS_FILE)")
+        return DotEnvSettingsSource(self.settings_cls, env_file=Path(path), dotenv_filtering="only_existing")()

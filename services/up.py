@@ -6,9 +6,9 @@ service is started once what it depends on is ready (bus up, or its health URL a
 a deadline. Ctrl-C or SIGTERM stops everything (SIGTERM to each group, SIGKILL after a grace period);
 a service that dies is reported with its exit code and last lines, and the rest are stopped.
 
-The bus requires a user per role: ``prepare_auth`` generates ``<data dir>/auth`` on the first start (or
-uses ``VB_AUTH_DIR``), the compose file gives each service its role's env file, and the embedded server
-includes the ``auth.conf`` mounted at the nats service's ``AUTH_MOUNT``.
+Credentials come from the compose file's one-shot ``credentials`` service, run first like compose runs it
+(its dependents start once it exited 0): it creates what is missing in ``<data dir>/auth`` (or ``VB_AUTH_DIR``),
+each service reads its role's file, and the embedded server includes the ``auth.conf`` mounted at ``AUTH_MOUNT``.
 """
 
 from __future__ import annotations
@@ -21,16 +21,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
 from voltbus.schemas.errors import BusStartFailed, VoltbusError
-from voltbus.schemas.subjects import Topology
 
-from .compose import AUTH_MOUNT, VOLTBUS, Service, namespace_of, read_compose, start_order
-from .natsauth import init_auth
+from .compose import AUTH_MOUNT, VOLTBUS, Service, start_order
 from .natsserver import NatsServer
 from .settings import BusSettings
 
@@ -83,6 +81,8 @@ class Up:
     def __init__(self, services: dict[str, Service], cwd: Path, data_dir: Path, say: Callable[[str], None]) -> None:
         self.services, self.cwd, self.data_dir, self.say = services, cwd, data_dir, say
         self.children: list[Child] = []
+        self.done: set[int] = set()
+        """Process ids of the one-shot jobs that exited 0 during the start."""
         self.bus: NatsServer | None = None
         self.wake, self.stopping = threading.Event(), threading.Event()
         self.color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
@@ -99,7 +99,7 @@ class Up:
             self.say(f"up: {name} ready in {time.monotonic() - began:.1f}s{where}")
 
     def _start_bus(self, service: Service, deadline_s: float) -> str:
-        port, monitor = (service.host_ports + [4222, 8222])[:2]
+        port, monitor = (service.host_ports + [4222, 0])[:2]  # compose publishes no monitor: it lists users
         stores = [path for target, path in service.volumes.items() if target != AUTH_MOUNT]
         auth = service.volumes.get(AUTH_MOUNT)
         bus = BusSettings(data_dir=next(iter(stores), self.data_dir / "nats"), port=port, auth_dir=auth)
@@ -115,6 +115,9 @@ class Up:
         for i in range(service.replicas):
             label = service.name if service.replicas == 1 else f"{service.name}.{i + 1}"
             self.children.append(Child(label, service, self.cwd, color, self.wake))
+        if service.once:
+            self._wait_done(self.children[-1], time.monotonic() + deadline_s)
+            return " (done)"
         if service.health_url:
             self._wait_healthy(service, time.monotonic() + deadline_s)
             return f" ({service.health_url})"
@@ -137,13 +140,27 @@ class Up:
         last = mine[0].last_lines() if mine else ""
         raise ServiceFailed(f"{service.name} did not become healthy at {service.health_url} in time:\n{last}")
 
+    def _wait_done(self, child: Child, deadline: float) -> None:
+        """Wait for a one-shot job to exit 0 (compose's ``service_completed_successfully``)."""
+        while child.proc.poll() is None and time.monotonic() < deadline and not self.stopping.is_set():
+            self.wake.wait(0.2)  # a poll interval; the child's exit ends it early
+            self.wake.clear()
+        if child.proc.returncode == 0:
+            self.done.add(child.proc.pid)
+            return
+        if self.stopping.is_set():
+            raise ServiceFailed(f"interrupted while waiting for {child.label}")
+        if child.proc.returncode is None:
+            raise ServiceFailed(f"{child.label} did not finish in time:\n{child.last_lines()}")
+        raise ServiceFailed(self._died(child))
+
     def _died(self, child: Child) -> str:
         return f"{child.label} exited with code {child.proc.returncode}; last lines:\n{child.last_lines()}"
 
     def supervise(self, keep_going: bool, exit_from: str | None = None) -> int:
         """Wait until a stop is asked (return 0), a service dies (return 1, unless ``keep_going``), or
         the ``exit_from`` service exits (return its exit code, like ``docker compose up --exit-code-from``)."""
-        reported: set[int] = set()
+        reported = set(self.done)
         while not self.stopping.is_set():
             self.wake.wait(1.0)
             self.wake.clear()
@@ -188,8 +205,8 @@ class Up:
 
 
 def select(services: dict[str, Service], names: list[str] | None, profiles: list[str]) -> dict[str, Service]:
-    """The services asked for (default: every one without a profile, plus those of ``profiles``); a
-    service that runs another image than voltbus's (vLLM) is refused: it needs its container."""
+    """The services asked for (default: every one without a profile, plus those of ``profiles``) and the one-shot
+    jobs they wait for; a service that runs another image than voltbus's (vLLM) is refused: it needs its container."""
     if names:
         unknown = [n for n in names if n not in services]
         if unknown:
@@ -197,6 +214,8 @@ def select(services: dict[str, Service], names: list[str] | None, profiles: list
         chosen = {n: s for n, s in services.items() if n in names}
     else:
         chosen = {n: s for n, s in services.items() if not s.profiles or set(s.profiles) & set(profiles)}
+    jobs = {d for s in chosen.values() for d in s.depends_on if d in services and services[d].once}
+    chosen |= {n: s for n, s in services.items() if n in jobs}  # compose runs them too: they make the credentials
     foreign = [n for n, s in chosen.items() if n != "nats" and s.argv[: len(VOLTBUS)] != VOLTBUS]
     if foreign:
         raise ServiceFailed(
@@ -208,8 +227,9 @@ def select(services: dict[str, Service], names: list[str] | None, profiles: list
 
 def summary(up: Up, took_s: float) -> str:
     """The one line said once everything is ready."""
-    procs = len(up.children) + (1 if up.bus else 0)
-    parts = [f"up: {len(up.services)} services ({procs} processes) ready in {took_s:.1f}s"]
+    procs = len([c for c in up.children if not c.service.once]) + (1 if up.bus else 0)
+    running = [s for s in up.services.values() if not s.once]
+    parts = [f"up: {len(running)} services ({procs} processes) ready in {took_s:.1f}s"]
     if up.bus:
         parts.append(f"bus at {up.bus.url}")
     for name, what, path in [
@@ -238,7 +258,7 @@ def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: 
         say(summary(up, time.monotonic() - began))
         if up.bus and up.bus.bus.auth_dir:
             admin = up.bus.bus.auth_dir / "admin.env"
-            say(f"up: the bus requires a user; for voltbus check/streams/replay/backup: set -a; . {admin}; set +a")
+            say(f"up: the bus requires a user, the gateway a key, SQL a token; yours: set -a; . {admin}; set +a")
         code = up.supervise(keep_going, exit_from)
     except ServiceFailed as exc:
         code = 0 if up.stopping.is_set() else 1
@@ -254,24 +274,6 @@ def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: 
         curve = "SELECT step, round((metrics->>'reward_mean')::DOUBLE, 2) AS reward FROM steps ORDER BY step"
         say(f'up: the projection stays in {db}; the reward curve: voltbus sql --db {db} "{curve}"')
     return code
-
-
-def prepare_auth(file: Path, env: Mapping[str, str], data_dir: Path, say: Callable[[str], None],
-                 rounds: int = 11) -> dict[str, str]:  # fmt: skip
-    """The environment the compose file is read with: ``VB_AUTH_DIR`` (default ``<data_dir>/auth``) holds the
-    bus users, generated for the file's namespace (bcrypt cost ``rounds``) when it has no ``auth.conf`` yet
-    and a service mounts it at ``AUTH_MOUNT`` (a compose file without bus users gets none)."""
-    env = dict(env)
-    env["VB_AUTH_DIR"] = env.get("VB_AUTH_DIR") or str(data_dir / "auth")
-    auth_dir = file.resolve().parent / env["VB_AUTH_DIR"]
-    doc = read_compose(file, env)
-    volumes = [str(v) for raw in doc["services"].values() for v in (raw or {}).get("volumes", [])]
-    targets = [target for v in volumes for target in v.split(":")[1:2]]
-    if AUTH_MOUNT in targets and not (auth_dir / "auth.conf").is_file():
-        namespace = namespace_of(doc)
-        init_auth(auth_dir, Topology(namespace=namespace), rounds)
-        say(f"up: generated a bus user per role for namespace {namespace!r} in {auth_dir} (docs/security.md)")
-    return env
 
 
 def projection_file(services: dict[str, Service]) -> str | None:

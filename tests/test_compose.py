@@ -29,11 +29,15 @@ from voltbus.services.compose import (
     read_env_file,
     start_order,
 )
-from voltbus.services.natsauth import ROLES, init_auth
+from voltbus.services.credentials import PLACES, ensure_credentials
+from voltbus.services.natsauth import ROLES
 from voltbus.services.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
+INIT = "credentials"
+"""The one-shot service that creates every credential before the others start."""
+CRED_MOUNT = "/etc/voltbus/auth"
 CORE = ["nats", "coordinator", "projector", "dashboard", "inference", "gateway", "runner", "learner"]
 GPU = ["vllm", "gateway-gpu", "learner-verl"]
 ROLE_OF = {name: name for name in CORE[1:]} | {"learner-verl": "learner", "gateway-gpu": "gateway"}
@@ -47,9 +51,9 @@ def doc() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def auth_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Bus users made by the real generator (cheap bcrypt: only the files' shape matters here)."""
+    """Credentials made by the real generator (cheap bcrypt: only the files' shape matters here)."""
     out = tmp_path_factory.mktemp("auth")
-    init_auth(out, Topology(namespace="vb"), rounds=4)
+    ensure_credentials(out, Topology(namespace="vb"), rounds=4)
     return out
 
 
@@ -58,8 +62,8 @@ def services(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_services_and_profiles(doc: dict[str, Any]) -> None:
-    assert list(services(doc)) == CORE + GPU
-    for name in CORE:
+    assert list(services(doc)) == [INIT] + CORE + GPU
+    for name in [INIT] + CORE:
         assert "profiles" not in services(doc)[name], name
     for name in GPU:
         assert services(doc)[name]["profiles"] == ["gpu"], name
@@ -102,7 +106,8 @@ def test_env_maps_to_real_settings(doc: dict[str, Any], name: str, monkeypatch: 
     for key, value in env.items():
         assert key.startswith("VOLTBUS_"), f"{name}: {key} is not a voltbus setting"
         setting_for(key)
-        monkeypatch.setenv(key, str(value))
+        if key != "VOLTBUS_CREDENTIALS_FILE":  # written by the init service: test_each_service_reads_its_role_s_file
+            monkeypatch.setenv(key, str(value))
     Settings()  # every value is valid for its field
 
 
@@ -120,9 +125,12 @@ def test_health_checks_poll_the_services_own_endpoints(doc: dict[str, Any]) -> N
 def test_dependencies_wait_for_health(doc: dict[str, Any]) -> None:
     for name, svc in services(doc).items():
         for dep, cond in (svc.get("depends_on") or {}).items():
+            if dep == INIT:
+                assert cond == {"condition": "service_completed_successfully"}, name
+                continue
             assert cond == {"condition": "service_healthy"}, f"{name} -> {dep}"
             assert "healthcheck" in services(doc)[dep], f"{name} waits for {dep}, which has no health check"
-        if name not in ("nats", "vllm"):
+        if name not in ("nats", "vllm", INIT):
             assert "nats" in svc["depends_on"] or name == "learner-verl", name
     assert "inference" in services(doc)["gateway"]["depends_on"]
 
@@ -130,7 +138,7 @@ def test_dependencies_wait_for_health(doc: dict[str, Any]) -> None:
 def test_volumes_are_declared_and_used(doc: dict[str, Any]) -> None:
     sources = {str(v).split(":")[0] for s in services(doc).values() for v in s.get("volumes", [])}
     assert {v for v in sources if not v.startswith((".", "/"))} == set(doc["volumes"])
-    assert services(doc)["projector"]["volumes"] == ["projector-data:/data"]
+    assert services(doc)["projector"]["volumes"] == [f"auth:{CRED_MOUNT}:ro", "projector-data:/data"]
     assert "/data/projection.duckdb" in services(doc)["projector"]["command"]
     assert services(doc)["learner"]["environment"]["VOLTBUS_LEARNER__WEIGHTS_DIR"].startswith("/data/")
     conf = doc["configs"]["nats_conf"]["content"]
@@ -203,30 +211,56 @@ def test_dockerfile_builds_from_the_repository() -> None:
 
 
 def test_the_bus_includes_the_generated_users_and_each_service_gets_its_role(doc: dict[str, Any]) -> None:
+    init = services(doc)[INIT]
+    assert init["command"] == ["voltbus", "nats", "auth", "init", "--out", CRED_MOUNT, "--keep-existing"]
+    assert init["volumes"] == [f"auth:{CRED_MOUNT}"] and "restart" not in init  # a job: it runs once per start
+    ctx = click_command("nats").commands["auth"].commands["init"].make_context("init", init["command"][4:])
+    assert ctx.params["keep_existing"] and not ctx.params["force"]
+    assert init["environment"]["VOLTBUS_NATS__NAMESPACE"] == "vb"  # the users are made for the services' namespace
     nats = services(doc)["nats"]
-    assert f"./auth:{AUTH_MOUNT}:ro" in nats["volumes"]
+    assert f"auth:{AUTH_MOUNT}:ro" in nats["volumes"]
+    assert nats["depends_on"] == {INIT: {"condition": "service_completed_successfully"}}
     conf = doc["configs"]["nats_conf"]["content"]
     assert 'include "auth/auth.conf"' in conf and nats["configs"][0]["target"] == "/etc/nats/voltbus.conf"
     for name, role in ROLE_OF.items():
-        assert services(doc)[name]["env_file"] == f"./auth/{role}.env", name
+        svc = services(doc)[name]
+        assert "env_file" not in svc, name  # compose reads env files before the init service ran
+        assert svc["environment"]["VOLTBUS_CREDENTIALS_FILE"] == f"{CRED_MOUNT}/{role}.env", name
+        assert f"auth:{CRED_MOUNT}:ro" in svc["volumes"], name
+        assert svc["depends_on"][INIT] == {"condition": "service_completed_successfully"}, name
     assert set(ROLE_OF.values()) == set(ROLES) - {"admin"}  # every role has its service; admin is the operator's
-    assert "env_file" not in services(doc)["vllm"]
+    assert "env_file" not in services(doc)["vllm"] and INIT not in services(doc)["vllm"].get("depends_on", {})
 
 
-def test_voltbus_up_reads_each_service_s_env_file(auth_dir: Path, tmp_path: Path) -> None:
+def test_each_service_reads_its_role_s_credentials_file(auth_dir: Path, tmp_path: Path) -> None:
+    """``voltbus up`` localizes each service's ``VOLTBUS_CREDENTIALS_FILE``; Settings built from that service's
+    environment (as its process builds them) hold its role's bus user and exactly the secrets of its role."""
     topo = load_topology(COMPOSE, {"VB_AUTH_DIR": str(auth_dir)}, tmp_path)
-    assert topo["nats"].volumes[AUTH_MOUNT] == auth_dir.resolve()
+    assert topo["nats"].volumes[AUTH_MOUNT] == topo[INIT].volumes[CRED_MOUNT] == auth_dir.resolve()
+    assert topo[INIT].once and not any(topo[n].once for n in CORE)
+    assert topo[INIT].argv[-3:] == ["--out", str(auth_dir.resolve()), "--keep-existing"]
+    gateway = read_env_file(auth_dir / "gateway.env", {})
     for name, role in ROLE_OF.items():
+        assert topo[name].env["VOLTBUS_CREDENTIALS_FILE"] == str(auth_dir.resolve() / f"{role}.env"), name
+        settings = Settings(_env_file=None, **{"credentials_file": topo[name].env["VOLTBUS_CREDENTIALS_FILE"]})
         creds = read_env_file(auth_dir / f"{role}.env", {})
-        assert topo[name].env["VOLTBUS_NATS__USER"] == role, name
-        assert topo[name].env["VOLTBUS_NATS__PASSWORD"] == creds["VOLTBUS_NATS__PASSWORD"], name
-        assert topo[name].env["VOLTBUS_NATS__NAMESPACE"] == "vb"  # environment entries still apply
-    assert "VOLTBUS_NATS__USER" not in topo["vllm"].env
+        assert (settings.nats.user, settings.nats.password) == (role, creds["VOLTBUS_NATS__PASSWORD"]), name
+        assert settings.projector.token == gateway["VOLTBUS_PROJECTOR__TOKEN"], name
+        holds_secret = role in ("gateway", "runner")
+        assert (settings.gateway.key_secret == gateway["VOLTBUS_GATEWAY__KEY_SECRET"]) is holds_secret, name
+        assert (settings.gateway.admin_key == gateway["VOLTBUS_GATEWAY__ADMIN_KEY"]) is (role == "gateway"), name
+        assert (settings.learner.gateway_admin_key == gateway["VOLTBUS_GATEWAY__ADMIN_KEY"]) is (role == "learner")
+    assert {var for var, _ in PLACES.items()} <= set(read_env_file(auth_dir / "admin.env", {})) | {
+        "VOLTBUS_GATEWAY__KEY_SECRET"
+    }  # the operator holds the admin key and the SQL token, not the key secret
+    assert "VOLTBUS_CREDENTIALS_FILE" not in topo["vllm"].env
 
 
 def test_a_missing_env_file_names_the_service_and_the_file(tmp_path: Path) -> None:
+    compose = tmp_path / "compose.yml"
+    compose.write_text("services:\n  coordinator:\n    env_file: ${VB_AUTH_DIR:-./auth}/coordinator.env\n")
     with pytest.raises(ComposeError, match=r"service coordinator: env_file .*/nowhere/coordinator.env not found"):
-        load_topology(COMPOSE, {"VB_AUTH_DIR": str(tmp_path / "nowhere")}, tmp_path)
+        load_topology(compose, {"VB_AUTH_DIR": str(tmp_path / "nowhere")}, tmp_path)
 
 
 def test_env_file_syntax(tmp_path: Path) -> None:
@@ -243,7 +277,7 @@ def test_topology_is_localized_for_voltbus_up(auth_dir: Path, tmp_path: Path) ->
     env = {"VB_PROJECTOR_PORT": "9999", "VB_AUTH_DIR": str(auth_dir)}
     topo = load_topology(COMPOSE, env, tmp_path)
     assert start_order({n: s for n, s in topo.items() if not s.profiles}) == [
-        "nats", "coordinator", "projector", "dashboard", "inference", "gateway", "runner", "learner"
+        INIT, "nats", "coordinator", "projector", "dashboard", "inference", "gateway", "runner", "learner"
     ]  # fmt: skip
     for svc in topo.values():
         text = " ".join(svc.argv + list(svc.env.values()) + [svc.health_url or ""])
@@ -253,7 +287,7 @@ def test_topology_is_localized_for_voltbus_up(auth_dir: Path, tmp_path: Path) ->
     assert topo["projector"].argv[: len(VOLTBUS)] == VOLTBUS
     assert topo["projector"].argv[-1] == str(tmp_path / "projector-data/projection.duckdb")
     assert topo["projector"].health_url == "http://127.0.0.1:9999/health"
-    assert topo["nats"].host_ports == [4222, 8222] and topo["runner"].replicas == 2
+    assert topo["nats"].host_ports == [4222] and topo["runner"].replicas == 2
     assert interpolate("${VB_X:-a}", {"VB_X": "b"}) == "b"
 
 

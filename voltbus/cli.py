@@ -426,13 +426,12 @@ def up(
     import platformdirs
 
     from voltbus.services.compose import ComposeError, load_topology
-    from voltbus.services.up import prepare_auth, run_up, select
+    from voltbus.services.up import run_up, select
 
     if not file.is_file():
         raise ComposeError(f"no compose file at {file.resolve()} (run from the repository root or pass --file)")
     data_dir = data_dir or Path(platformdirs.user_data_dir("voltbus")) / "up"
-    env = prepare_auth(file, os.environ, data_dir.resolve(), say)  # the bus users, made on the first start
-    topology = load_topology(file, env, data_dir.resolve())
+    topology = load_topology(file, os.environ, data_dir.resolve())  # its `credentials` job makes the credentials
     chosen = select(topology, services.split(",") if services else None, profile or [])
     if exit_code_from is not None and exit_code_from not in chosen:
         raise ComposeError(f"--exit-code-from {exit_code_from}: not among the services started ({', '.join(chosen)})")

@@ -53,19 +53,35 @@ def auth_init(
     namespace: Annotated[
         str | None, typer.Option(help="the deployment's namespace [env: VOLTBUS_NATS__NAMESPACE]")
     ] = None,  # noqa: E501
-    force: Annotated[bool, typer.Option(help="replace existing credentials (every role gets a new password)")] = False,
+    force: Annotated[bool, typer.Option(help="replace existing credentials (new passwords and keys)")] = False,
+    keep_existing: Annotated[
+        bool, typer.Option(help="create only what is missing, keep every existing password and key (up, compose)")
+    ] = False,
     rounds: Annotated[int, typer.Option(help="bcrypt cost; the server pays it once per connection")] = 11,
 ) -> None:
-    """Generate a password per role, the server's include of their bcrypt hashes and permissions, and env files."""
+    """Generate a deployment's credentials: a bus user per role, the gateway's keys and the SQL token.
+
+    Writes the server's include (bcrypt hashes and permissions) and one env file per role holding its
+    password and the secrets it uses: the gateway key secret, the gateway admin key, the SQL token."""
     from voltbus.cli import say, settings_for
     from voltbus.schemas.subjects import Topology
+    from voltbus.services.credentials import ensure_credentials
     from voltbus.services.natsauth import ROLES, AuthError, init_auth
 
-    if (out / "auth.conf").exists() and not force:
-        raise AuthError(f"{out / 'auth.conf'} exists; pass --force to replace every role's password")
-    ns = namespace or settings_for().nats.namespace
-    init_auth(out, Topology(namespace=ns), rounds=rounds)
-    say(f"wrote {out / 'auth.conf'} (namespace {ns!r}) and {len(ROLES)} env files: {', '.join(ROLES)}")
+    exists = (out / "auth.conf").exists()
+    if exists and not (force or keep_existing):
+        raise AuthError(
+            f"{out / 'auth.conf'} exists; pass --keep-existing to add what is missing, "
+            "or --force to replace every role's password and key"
+        )
+    topo = Topology(namespace=namespace or settings_for().nats.namespace)
+    if force:
+        init_auth(out, topo, rounds=rounds)
+    made = ensure_credentials(out, topo, rounds=rounds)
+    if keep_existing:
+        say(f"{out}: created {', '.join(made)}" if made else f"{out}: every credential exists; nothing changed")
+        return
+    say(f"wrote {out / 'auth.conf'} (namespace {topo.namespace!r}) and {len(ROLES)} env files: {', '.join(ROLES)}")
     say(f"run the bus with `voltbus nats --auth {out}`; give each service its role's env file")
 
 

@@ -1,5 +1,6 @@
-"""``voltbus up`` runs an authenticated bus: it generates a user per role on the first start, each
-service connects as its own role, and a client without a user is refused (real processes, real server).
+"""``voltbus up`` runs an authenticated bus: its ``credentials`` job generates a user per role on the first
+start, each service connects as its own role, and a client without a user is refused (real processes,
+real server).
 
 The whole topology's training run with these users is ``tests/test_up.py``'s main-command test.
 """
@@ -15,9 +16,8 @@ import pytest
 
 from tests.conftest import free_port
 from tests.test_up import ROOT, VOLTBUS, UpProcess
-from voltbus.services.compose import read_env_file
+from voltbus.services.compose import load_topology, read_env_file
 from voltbus.services.natsauth import ROLES
-from voltbus.services.up import prepare_auth
 
 COMPOSE = ROOT / "docker-compose.yml"
 
@@ -34,7 +34,7 @@ def test_up_generates_users_and_the_bus_requires_them(tmp_path: Path) -> None:
     ports = {"nats": free_port(), "nats_monitor": free_port(), "projector": free_port()}
     up = UpProcess(tmp_path, "nats,coordinator,projector", **ports)
     auth = tmp_path / "up/auth"
-    assert str(auth) in up.wait_for("up: generated a bus user per role")
+    assert str(auth) in up.wait_for("created a bus user per role for namespace 'vb'")
     up.wait_for("up: 3 services")
     hint = up.wait_for("up: the bus requires a user")
     assert f". {auth / 'admin.env'}" in hint
@@ -53,21 +53,27 @@ def test_up_generates_users_and_the_bus_requires_them(tmp_path: Path) -> None:
     assert "authentication error" in line  # the `voltbus streams` without a user
 
 
-def test_prepare_auth_generates_once_for_the_compose_namespace(tmp_path: Path) -> None:
-    said: list[str] = []
-    env = prepare_auth(COMPOSE, {"VB_NAMESPACE": "team1"}, tmp_path, said.append, rounds=4)
-    assert env["VB_AUTH_DIR"] == str(tmp_path / "auth") and env["VB_NAMESPACE"] == "team1"
-    assert "namespace 'team1'" in (tmp_path / "auth/auth.conf").read_text()
-    first = (tmp_path / "auth/runner.env").read_text()
-    prepare_auth(COMPOSE, {"VB_NAMESPACE": "team1"}, tmp_path, said.append, rounds=4)
-    assert (tmp_path / "auth/runner.env").read_text() == first and len(said) == 1  # reused, not regenerated
+def test_the_credentials_job_generates_once_for_the_compose_namespace(tmp_path: Path) -> None:
+    """The ``credentials`` job as ``up`` runs it (its localized command and environment) makes the users of
+    the namespace the compose file gives its services, in the directory compose would mount."""
+
+    def job(env: dict[str, str], file: Path = COMPOSE) -> subprocess.CompletedProcess[str]:
+        service = load_topology(file, env, tmp_path / "data")["credentials"]
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("VOLTBUS_", "VB_"))}
+        argv = service.argv + ["--rounds", "4"]
+        out = subprocess.run(argv, env=clean | service.env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out
+
+    first = job({"VB_NAMESPACE": "team1"})
+    auth = tmp_path / "data/auth"
+    assert "created a bus user per role for namespace 'team1'" in first.stdout
+    assert "namespace 'team1'" in (auth / "auth.conf").read_text()
+    runner = (auth / "runner.env").read_text()
+    again = job({"VB_NAMESPACE": "team1"})
+    assert "nothing changed" in again.stdout and (auth / "runner.env").read_text() == runner  # reused
     copy = tmp_path / "project/docker-compose.yml"
     copy.parent.mkdir()
     copy.write_text(COMPOSE.read_text())
-    env = prepare_auth(copy, {"VB_AUTH_DIR": "./mine"}, tmp_path, said.append, rounds=4)
-    assert env["VB_AUTH_DIR"] == "./mine" and (copy.parent / "mine/auth.conf").is_file()  # as compose resolves it
-    assert "namespace 'vb'" in said[-1]
-    bare = tmp_path / "bare.yml"  # a compose file whose bus mounts no users: up generates none
-    bare.write_text("services:\n  nats:\n    volumes: [nats-data:/data]\n")
-    prepare_auth(bare, {}, tmp_path / "bare", said.append, rounds=4)
-    assert not (tmp_path / "bare/auth").exists() and len(said) == 2
+    job({"VB_AUTH_DIR": "./mine"}, copy)
+    assert "namespace 'vb'" in (copy.parent / "mine/auth.conf").read_text()  # as compose resolves a bind mount

@@ -1,0 +1,85 @@
+"""Every credential of a deployment in one auth directory: the bus users (``natsauth``), the gateway's
+per-rollout key secret and admin key, and the projector's SQL token, each written into the env files
+of the roles that use it. ``ensure_credentials`` creates what is missing and never changes what exists.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from pathlib import Path
+
+from voltbus.schemas.subjects import Topology
+
+from .natsauth import ROLES, AuthError, init_auth
+
+SECRETS: dict[str, str] = {
+    "key_secret": "the gateway key secret (per-rollout agent keys)",
+    "admin_key": "the gateway admin key",
+    "sql_token": "the projector's SQL token",
+}
+"""Every generated secret and what it is, in a few words."""
+
+PLACES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "VOLTBUS_GATEWAY__KEY_SECRET": ("key_secret", ("gateway", "runner")),
+    "VOLTBUS_GATEWAY__ADMIN_KEY": ("admin_key", ("gateway", "admin")),
+    "VOLTBUS_LEARNER__GATEWAY_ADMIN_KEY": ("admin_key", ("learner", "admin")),
+    "VOLTBUS_PROJECTOR__TOKEN": ("sql_token", tuple(ROLES)),
+}
+"""Each variable written: the secret it holds and the roles whose env file holds it. The runner derives
+each rollout's agent key from the key secret; the learner pauses the gateway with the admin key; every
+role may read the (read-only) projection."""
+
+_NAMESPACE = re.compile(r"for namespace '([^']*)'")
+
+
+def _variables(path: Path) -> dict[str, str]:
+    """The ``KEY=VALUE`` lines of an env file."""
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[:1] != "#")
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def _check_existing(out: Path, topo: Topology) -> None:
+    """Refuse a directory made for another namespace, or one that lacks a role's file."""
+    found = _NAMESPACE.search((out / "auth.conf").read_text().split("\n", 1)[0])
+    if found and found.group(1) != topo.namespace:
+        raise AuthError(
+            f"{out / 'auth.conf'} holds the users of namespace {found.group(1)!r}, not {topo.namespace!r}: "
+            "use another directory, or `voltbus nats auth init --force` to replace every credential"
+        )
+    missing = [f"{role}.env" for role in ROLES if not (out / f"{role}.env").is_file()]
+    if missing:
+        raise AuthError(f"{out} has auth.conf but no {', '.join(missing)}: replace them all with --force")
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def ensure_credentials(out: Path, topo: Topology, rounds: int = 11) -> list[str]:
+    """Create in ``out`` what is missing (bus users, then each secret in every role file that needs it),
+    keep what exists, leave every file mode 0600; return what was created, in words (empty: nothing)."""
+    made = []
+    if not (out / "auth.conf").is_file():
+        init_auth(out, topo, rounds)
+        made.append(f"a bus user per role for namespace {topo.namespace!r}")
+    else:
+        _check_existing(out, topo)
+    files = {role: _variables(out / f"{role}.env") for role in ROLES}
+    values = {s: v for var, (s, roles) in reversed(PLACES.items()) for r in reversed(roles) if (v := files[r].get(var))}
+    values = {s: values.get(s) or secrets.token_urlsafe(32) for s in SECRETS}  # an existing value wins
+    for role in ROLES:
+        lines = [f"{var}={values[s]}" for var, (s, roles) in PLACES.items() if role in roles and var not in files[role]]
+        path = out / f"{role}.env"
+        if lines:
+            text = path.read_text()
+            _write_private(path, text + ("" if text.endswith("\n") or not text else "\n") + "\n".join(lines) + "\n")
+    missing = {s for var, (s, roles) in PLACES.items() for r in roles if var not in files[r]}
+    made += [SECRETS[s] for s in SECRETS if s in missing]
+    for path in [out / "auth.conf", *(out / f"{role}.env" for role in ROLES)]:
+        os.chmod(path, 0o600)
+    os.chmod(out, 0o700)
+    return made

@@ -257,6 +257,9 @@ class DashboardSettings(BaseModel):
     """Seconds one query to the projector may take before the page says it does not answer."""
     poll_s: float = Field(default=2.0, gt=0)
     """Seconds between the page's refreshes."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Host names the page answers besides loopback ones and ``host`` (a ``Host`` header naming anything else gets
+    400, so a web page cannot read the projection through DNS rebinding); ``*.domain`` patterns allowed."""
 
 
 class RunnerSettings(BaseModel):

@@ -17,7 +17,9 @@ from contextlib import asynccontextmanager
 import httpx
 from starlette.applications import Starlette
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
+from voltbus.services.httpguard import guard
 from voltbus.services.serving import serve_until
 from voltbus.services.settings import Settings
 
@@ -40,8 +42,9 @@ def routes() -> list[Route]:
     ]
 
 
-def build_app(settings: Settings) -> Starlette:
-    """The dashboard app; its lifespan opens the HTTP client to the projector."""
+def build_app(settings: Settings) -> ASGIApp:
+    """The dashboard app, behind the Host and Origin checks (``httpguard``); its lifespan opens the HTTP client to
+    the projector."""
     cfg = settings.dashboard
 
     @asynccontextmanager
@@ -51,7 +54,7 @@ def build_app(settings: Settings) -> Starlette:
             app.state.projections = Projections(cfg.projector_url or settings.projector.url, client)
             yield
 
-    return Starlette(routes=routes(), lifespan=lifespan)
+    return guard(Starlette(routes=routes(), lifespan=lifespan), cfg.host, cfg.allowed_hosts)
 
 
 async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:

@@ -299,3 +299,17 @@ def test_a_projector_stops_on_sigterm_while_a_query_runs(tmp_path: Path, nats_se
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+async def test_the_dashboard_answers_no_other_host_or_page() -> None:
+    """DNS rebinding through the dashboard: a page at evil.example resolving to 127.0.0.1 read the projection."""
+    from voltbus.services.dashboard import app as dashboard_app
+    from voltbus.services.settings import DashboardSettings
+
+    settings = Settings(dashboard=DashboardSettings(projector_url="http://127.0.0.1:9"))
+    async with serving(dashboard_app.build_app(settings), free_port()) as url, httpx.AsyncClient(base_url=url) as http:
+        assert (await http.get("/")).status_code == 200
+        assert (await http.get("/", headers={"Host": "evil.example"})).status_code == 400
+        assert (await http.get("/api/config", headers={"Origin": "http://evil.example"})).status_code == 403
+        own = await http.get("/api/config", headers={"Origin": url})
+        assert own.status_code == 200

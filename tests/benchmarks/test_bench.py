@@ -15,6 +15,7 @@ from tests.benchmarks import (
     bench_refresh,
     bench_runner,
     bench_spans,
+    bench_sql,
 )
 
 pytestmark = pytest.mark.bench
@@ -113,3 +114,11 @@ def test_bench_learner() -> None:
 
     [figure] = bench_learner.run(bench_learner.Options(steps=2, reps=1))
     assert figure.events > 0 and figure.rate > 0 and figure.raw_rate > 0
+
+
+@pytest.mark.timeout(600)
+async def test_bench_sql() -> None:
+    """SQL latency with the endpoint's guards on, next to a plain cursor: prints the table."""
+    figures = await bench_sql.run(attempts=5_000, queries=100, reps=1)
+    assert {f.case for f in figures} == {"checked_point", "endpoint_point", "checked_group", "endpoint_group"}
+    assert all(f.rate > 0 and f.raw_rate > 0 for f in figures)

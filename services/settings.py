@@ -135,6 +135,10 @@ class CoordinatorSettings(BaseModel):
     """Seconds between checks of every attempt in progress (timeouts are detected within one tick)."""
     restart_delay_s: float = 0.5
     """Seconds before a failed stream reader is started again."""
+    worker_timeout_s: float = Field(default=60.0, ge=0)
+    """Seconds without a heartbeat (or a span) from a worker, on the bus server's clock, after which the attempt it
+    holds ends ``unresponsive`` and is retried per its rollout's config, whatever that config's timeouts (0: off).
+    Keep it well above ``VOLTBUS_RUNNER__HEARTBEAT_S``. Attempts of a worker id whose runner restarted end at once."""
 
 
 class Feeding(TypedDict):

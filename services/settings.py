@@ -241,7 +241,8 @@ class RunnerSettings(BaseModel):
     worker_prefix: str = "Worker"
     """Worker ids are ``<prefix>-<n>`` (Agent Lightning's ``Worker-<n>``). Left unset, each runner takes the next
     free numbers from a counter on the bus, so two runners never share a worker id (the first runner of a bus gets
-    ``Worker-0`` to ``Worker-<slots - 1>``); set, they are ``<prefix>-0`` to ``<prefix>-<slots - 1>``."""
+    ``Worker-0`` to ``Worker-<slots - 1>``); set, they are ``<prefix>-0`` to ``<prefix>-<slots - 1>``, and a runner
+    restarted with them ends what its previous process left running (two live runners need two prefixes)."""
     heartbeat_s: float = 5.0
     """Seconds between heartbeats (sent from a thread a busy agent cannot block)."""
     claim_wait_s: float = 1.0

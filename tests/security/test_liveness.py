@@ -17,8 +17,10 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
+import nats.errors
 import pytest
 
+from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.resources import PromptTemplate
 from voltbus.schemas.rollouts import AttemptClaimed, AttemptMarkedUnresponsive, RolloutConfig
 from voltbus.schemas.workers import WorkerStatusReported
@@ -206,7 +208,7 @@ async def test_heartbeats_resume_after_the_bus_restarts(tmp_path: Path) -> None:
     try:
         await wait_for(lambda: beat.beats >= 2, 20, "the first heartbeats")
         await asyncio.to_thread(server.kill)  # the outage: every beat now fails
-        await wait_for(lambda: getattr(beat, "failing", False) or not beat.is_alive(), 20, "a beat to fail")
+        await wait_for(lambda: beat.failing or not beat.is_alive(), 20, "a beat to fail")
         await asyncio.to_thread(server.start)  # the same port and store
         assert beat.is_alive(), "the heartbeat thread died during the outage"
         before = beat.beats
@@ -226,7 +228,7 @@ async def last_report_time(store: object, worker_id: str, newer_than: float = 0.
     subject = store.topology.worker(worker_id)  # type: ignore[attr-defined]
     try:
         reports = [e async for e in store.log.replay("control", subject=subject)]  # type: ignore[attr-defined]
-    except Exception:  # the client is still reconnecting: not yet
+    except (nats.errors.Error, TimeoutError, OSError, VoltbusError):  # the client is still reconnecting: not yet
         return None
     times = [e.time for e in reports if isinstance(e, Envelope) and isinstance(e.event, WorkerStatusReported)]
     return times[-1] if times and times[-1] > newer_than else None

@@ -88,3 +88,6 @@ class WorkerStatusReported(Event, frozen=True, kw_only=True):
     """Last time the worker became busy."""
     last_idle_time: Timestamp | None = None
     """Last time the worker became idle (or unknown)."""
+    session_id: Id | None = None
+    """voltbus addition: the runner process that holds this worker id, new at each start and kept by every later
+    report; the coordinator ends every attempt the worker claimed before its current session began."""

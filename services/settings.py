@@ -146,6 +146,10 @@ class CoordinatorSettings(BaseModel):
     """Seconds between checks of every attempt in progress (timeouts are detected within one tick)."""
     restart_delay_s: float = 0.5
     """Seconds before a failed stream reader is started again."""
+    worker_timeout_s: float = Field(default=60.0, ge=0)
+    """Seconds without a heartbeat (or a span) from a worker, on the bus server's clock, after which the attempt it
+    holds ends ``unresponsive`` and is retried per its rollout's config, whatever that config's timeouts (0: off).
+    Keep it well above ``VOLTBUS_RUNNER__HEARTBEAT_S``. Attempts of a worker id whose runner restarted end at once."""
 
 
 class Feeding(TypedDict):
@@ -270,7 +274,8 @@ class RunnerSettings(BaseModel):
     worker_prefix: str = "Worker"
     """Worker ids are ``<prefix>-<n>`` (Agent Lightning's ``Worker-<n>``). Left unset, each runner takes the next
     free numbers from a counter on the bus, so two runners never share a worker id (the first runner of a bus gets
-    ``Worker-0`` to ``Worker-<slots - 1>``); set, they are ``<prefix>-0`` to ``<prefix>-<slots - 1>``."""
+    ``Worker-0`` to ``Worker-<slots - 1>``); set, they are ``<prefix>-0`` to ``<prefix>-<slots - 1>``, and a runner
+    restarted with them ends what its previous process left running (two live runners need two prefixes)."""
     heartbeat_s: float = 5.0
     """Seconds between heartbeats (sent from a thread a busy agent cannot block)."""
     claim_wait_s: float = 1.0

@@ -11,6 +11,7 @@ from voltbus.services.settings import Settings
 from voltbus.store import connect
 
 from .handlers import catch_up, catch_up_spans, dead_letters, follow_control, follow_spans, timer
+from .liveness import Watch
 from .tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -27,11 +28,12 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         since = (tracker.oldest_active_start() or time.time()) - 1.0
         spans = [await catch_up_spans(store, tracker, since)]  # no check may run on an empty view of the spans
         log.info("coordinator caught up at control seq %d; %d rollouts unfinished", control[0], len(tracker.rollouts))
+        watch = Watch(settings.coordinator.worker_timeout_s, control, spans)
         bodies = {
             "control reader": lambda: follow_control(store, tracker, control),
             "spans reader": lambda: follow_spans(store, tracker, spans, since),
             "dead letters": lambda: dead_letters(store),
-            "timer": lambda: timer(store, tracker, settings.coordinator.tick_s),
+            "timer": lambda: timer(store, tracker, settings.coordinator.tick_s, watch),
         }
         tasks = [
             asyncio.create_task(supervised(f"coordinator {name}", body, delay, log)) for name, body in bodies.items()

@@ -14,6 +14,7 @@ from voltbus.schemas.errors import UnknownRollout, VoltbusError
 from voltbus.services.eventlog import Envelope, unsubscribe
 from voltbus.store import Store
 
+from .liveness import Watch
 from .tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -57,10 +58,15 @@ async def follow_spans(store: Store, tracker: Tracker, position: list[int], sinc
             tracker.apply_span(item)
 
 
-async def tick(store: Store, tracker: Tracker, clock: Callable[[], float] = time.time) -> int:
-    """Expire every attempt past a limit now; return how many were expired."""
+async def tick(
+    store: Store, tracker: Tracker, clock: Callable[[], float] = time.time, watch: Watch | None = None
+) -> int:
+    """Expire every attempt past a limit now, or whose worker is gone; return how many were expired."""
+    found = {(r, a): verdict for r, a, verdict in tracker.due(clock())}
+    for r, a, verdict in await watch.lost(store, tracker, clock) if watch else []:
+        found.setdefault((r, a), verdict)
     expired = 0
-    for rollout_id, attempt_id, (status, seen) in tracker.due(clock()):
+    for (rollout_id, attempt_id), (status, seen) in found.items():
         try:
             state = await store.expire_attempt(rollout_id, attempt_id, status, last_heartbeat_at=seen)
         except VoltbusError as exc:
@@ -71,10 +77,10 @@ async def tick(store: Store, tracker: Tracker, clock: Callable[[], float] = time
     return expired
 
 
-async def timer(store: Store, tracker: Tracker, every: float) -> None:
+async def timer(store: Store, tracker: Tracker, every: float, watch: Watch | None = None) -> None:
     """Check attempts every ``every`` seconds."""
     while True:
-        await tick(store, tracker)
+        await tick(store, tracker, watch=watch)
         await asyncio.sleep(every)
 
 

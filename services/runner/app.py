@@ -28,6 +28,7 @@ from .execute import run_rollout
 from .heartbeat import Heartbeat
 from .isolate import agl_environment, run_isolated
 from .loader import load_agent
+from .session import open_sessions
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class Runner:
         if "worker_prefix" not in cfg.model_fields_set:  # Worker-<n>, numbered across every runner of the bus
             last = await self.store.log.next_sequence(WORKER_NUMBERS, cfg.slots)
             self.worker_ids = [f"{cfg.worker_prefix}-{n}" for n in range(last - cfg.slots, last)]
+        await open_sessions(self.store, self.worker_ids)  # before any claim: settle what a previous process left
         self.dispatcher = Dispatcher(self.store, report_claims=self.settings.runner.busy_report_s == 0)
         self.tracer = LogTracer(self.store)
         set_active_tracer(self.tracer)

@@ -5,12 +5,14 @@ Every interval: a sign of life for each running attempt that stored no span duri
 host stats for each slot. The worker heartbeats are written through the runner's own store on its
 event loop when it answers within the interval: that store remembers the snapshots it wrote, so no
 two connections race on a worker's subject (each race cost a conflict, a re-read and a retry on both
-sides). When the loop is stuck, the thread writes them itself.
+sides). When the loop is stuck, the thread writes them itself. Nothing the bus does ends the thread: a
+failed beat (an outage, a reconnect) is logged once and the beats resume when the bus is back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import platform
@@ -19,7 +21,6 @@ import threading
 import time
 from typing import Any
 
-from voltbus.schemas.errors import VoltbusError
 from voltbus.services.settings import NatsSettings
 from voltbus.store import connect
 
@@ -48,13 +49,21 @@ class Heartbeat(threading.Thread):
         """worker id -> (rollout id, attempt id) it is running; written by the runner's slots."""
         self.stopping = threading.Event()
         self.beats = 0
+        """Beats that went through."""
+        self.failing = False
+        """Whether the last beat failed (one warning per outage, not one per beat)."""
         self.main: tuple[asyncio.AbstractEventLoop, Any] | None = None
         """(event loop, store) of the runner, which writes the worker heartbeats while it answers."""
         self.spans_stored: dict[str, float] = {}
         """rollout id -> ``time.monotonic()`` of its last stored spans (the runner's tracer keeps it)."""
 
     def run(self) -> None:
-        asyncio.run(self._loop())
+        while not self.stopping.is_set():
+            try:
+                asyncio.run(self._loop())
+            except Exception as exc:  # the thread's boundary: a bus that refuses the connection now may answer later
+                log.warning("heartbeat connection failed (retrying in %ss): %s", self.interval, exc)
+                self.stopping.wait(self.interval)
 
     async def _loop(self) -> None:
         store = await connect(settings=self.settings, name="voltbus-heartbeat")
@@ -65,7 +74,11 @@ class Heartbeat(threading.Thread):
                 left = self.interval - (time.monotonic() - began)  # beats keep their period, a slow one included
                 await asyncio.to_thread(self.stopping.wait, max(left, 0.0))
         finally:
-            await store.close()
+            try:
+                await store.close()
+            except Exception:  # nats-py's drain raises while it reconnects: close without draining
+                with contextlib.suppress(Exception):
+                    await store.log.nc.close()
 
     async def _beat(self, store: object) -> None:
         try:
@@ -77,8 +90,13 @@ class Heartbeat(threading.Thread):
             if not await self._beat_on_main(stats):
                 await beat_workers(store, self.worker_ids, stats)
             self.beats += 1
-        except VoltbusError as exc:
-            log.warning("heartbeat failed: %s", exc)
+            if self.failing:
+                log.info("heartbeats go through again")
+            self.failing = False
+        except Exception as exc:  # the beat's boundary: whatever a bus outage raises (nats-py's reconnecting and
+            if not self.failing:  # buffer errors, timeouts, our PublishFailed), the next beat tries again
+                log.warning("heartbeat failed (retried every %ss until the bus answers): %r", self.interval, exc)
+            self.failing = True
 
     async def _beat_on_main(self, stats: dict[str, object]) -> bool:
         """Write the worker heartbeats through the runner's store; False when its loop did not do it in time."""

@@ -100,6 +100,24 @@ class WorkerMethods(StoreBase):
 
         return worker_view(await self._report(worker_id, beat))
 
+    async def start_worker_session(self, worker_id: str, session_id: str, heartbeat_stats: Any = UNSET) -> Worker:
+        """voltbus addition (the runner's, at its start): open a new session on the worker, idle and beating."""
+        stats = None if heartbeat_stats is UNSET else msgspec.convert(heartbeat_stats, HeartbeatStats)
+
+        def open_session(w: WorkerStatusReported, now: float) -> WorkerStatusReported:
+            return replace(
+                w,
+                session_id=session_id,
+                status="idle",
+                current_rollout_id=None,
+                current_attempt_id=None,
+                last_heartbeat_time=now,
+                last_idle_time=now,
+                heartbeat_stats=stats or w.heartbeat_stats,
+            )
+
+        return worker_view(await self._report(worker_id, open_session))
+
     async def get_worker_by_id(self, worker_id: str) -> Worker | None:
         """The worker's latest snapshot, or None when it never reported."""
         last, _ = await self._last_report(worker_id)

@@ -99,7 +99,7 @@ class Up:
             self.say(f"up: {name} ready in {time.monotonic() - began:.1f}s{where}")
 
     def _start_bus(self, service: Service, deadline_s: float) -> str:
-        port, monitor = (service.host_ports + [4222, 0])[:2]  # compose publishes no monitor: it lists users
+        port, monitor = (service.host_ports + [4222])[0], 0  # no monitor (compose publishes none): it lists users
         stores = [path for target, path in service.volumes.items() if target != AUTH_MOUNT]
         auth = service.volumes.get(AUTH_MOUNT)
         bus = BusSettings(data_dir=next(iter(stores), self.data_dir / "nats"), port=port, auth_dir=auth)

@@ -22,7 +22,8 @@ from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 from starlette.requests import Request
 
-from voltbus.schemas.errors import UnknownRollout
+from voltbus.schemas import is_token
+from voltbus.schemas.errors import InvalidId, UnknownRollout
 from voltbus.store import Store
 
 from .errors import GatewayError
@@ -36,8 +37,15 @@ ENDED_ROLLOUT = ("succeeded", "failed", "cancelled")
 
 
 def claimed_rollout(request: Request) -> str | None:
-    """The rollout a request names (path first, then header), before any check."""
-    return request.path_params.get("rid") or request.headers.get(ROLLOUT_HEADER) or None
+    """The rollout a request names (path first, then header), before any check against the log; 400
+    GatewayError when it, or the attempt named beside it, cannot be an id (a NATS subject token)."""
+    params, headers = request.path_params, request.headers
+    rid = params.get("rid") or headers.get(ROLLOUT_HEADER) or None
+    for kind, value in (("rollout id", rid), ("attempt id", params.get("aid") or headers.get(ATTEMPT_HEADER))):
+        if value and not is_token(value):
+            shown = value if len(value) <= 64 else f"{value[:64]}... ({len(value)} characters)"
+            raise GatewayError(400, "invalid_id", str(InvalidId(kind, shown)))
+    return rid
 
 
 @dataclass(frozen=True)

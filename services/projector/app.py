@@ -11,7 +11,6 @@ import asyncio
 import logging
 import time
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -24,6 +23,7 @@ from voltbus.projections.projector import Projector
 from voltbus.schemas.errors import InvalidCommand
 from voltbus.services.eventlog import EventLog
 from voltbus.services.natsserver import check_port
+from voltbus.services.serving import build_server
 from voltbus.services.settings import Settings
 
 from .sql import query, truncated_to
@@ -104,11 +104,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
     projector = Projector(cfg.db, threads=cfg.duckdb_threads, refresh_interval=cfg.training_refresh_s)
     progress = Progress(projector)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            build_app(settings, projector, progress), host=cfg.host, port=cfg.port, log_level="warning", lifespan="off"
-        )
-    )
+    server = build_server(build_app(settings, projector, progress), cfg.host, cfg.port, settings.http, lifespan="off")
     stop = stop or asyncio.Event()
     log.info(
         "projector on %s from control seq %d, spans seq %d; SQL at http://%s:%d/sql",

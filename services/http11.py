@@ -29,13 +29,15 @@ class LimitedProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, limits: HttpSettings, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
-        self.in_head = True
-        """Between requests or inside a request's line and headers."""
+        self.max_header_bytes, self.max_headers = limits.max_header_bytes, limits.max_headers
+        self.in_head, self.in_body = True, False
+        """Between requests or inside a request's line and headers; inside its body."""
         self.head_bytes = 0
         """Bytes received since the head began (at most one read more than the head itself)."""
-        self.header_count = 0
-        self.head_size = 0
-        """Bytes of the head parsed so far (line, headers)."""
+        self.head_started = 0.0
+        """Loop time of the head's first bytes."""
+        self.head_size = self.header_count = 0
+        """Bytes of the head parsed so far (line, headers), and its header lines."""
         self.refusal: tuple[int, str] | None = None
         """Why the parser was stopped from a callback: the status and message to answer with."""
         self.deadline: asyncio.TimerHandle | None = None
@@ -47,7 +49,7 @@ class LimitedProtocol(HttpToolsProtocol):
         cap = self.limits.max_connections
         if len(self.connections) > cap:
             self.refuse(503, f"server busy: {cap} connections are open (http.max_connections)")
-        else:
+        else:  # a connection that sends nothing is closed too
             self.arm(self.limits.header_timeout_s, self.head_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -58,35 +60,42 @@ class LimitedProtocol(HttpToolsProtocol):
         if self.lingering:  # refused: dropped unread
             return
         if self.in_head:
-            if self.deadline is None:  # a new request's first bytes: the head has header_timeout_s from now
-                self.arm(self.limits.header_timeout_s, self.head_timed_out)
+            if not self.head_bytes:
+                self.head_started = self.loop.time()
             self.head_bytes += len(data)
         super().data_received(data)
-        if self.in_head and self.head_bytes > self.limits.max_header_bytes:  # httptools buffers a partial line
-            self.refuse(431, self.too_big())
+        if self.lingering or self.transport.is_closing():
+            return
+        # deadlines are armed only for what one read did not complete: most requests arrive whole
+        if self.in_head:
+            if self.head_bytes > self.max_header_bytes:  # httptools buffers a partial line in full
+                self.refuse(431, self.too_big())
+            elif self.head_bytes and self.deadline is None:
+                when = self.head_started + self.limits.header_timeout_s
+                self.deadline = self.loop.call_at(when, self.head_timed_out)
+        elif self.in_body and self.deadline is None:
+            self.arm(self.limits.body_timeout_s, self.body_timed_out)
 
     # parser callbacks
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self.header_count = self.head_size = 0
+        self.head_size = self.header_count = 0
 
     def on_url(self, url: bytes) -> None:
-        self.grow(len(url))
+        self.head_size += len(url)
+        if self.head_size > self.max_header_bytes:
+            self.stop(self.too_big())
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.header_count += 1
-        if self.header_count > self.limits.max_headers:
-            self.stop(f"more than {self.limits.max_headers} request headers (http.max_headers)")
-        self.grow(len(name) + len(value) + 4)  # with ": " and CRLF
-        super().on_header(name, value)
-
-    def grow(self, size: int) -> None:
-        """Count ``size`` more bytes of the head (a complete head in one read never reaches data_received's check)."""
-        self.head_size += size
-        if self.head_size > self.limits.max_header_bytes:
+        self.head_size += len(name) + len(value) + 4  # with ": " and CRLF
+        if self.header_count > self.max_headers:
+            self.stop(f"more than {self.max_headers} request headers (http.max_headers)")
+        if self.head_size > self.max_header_bytes:  # a whole head in one read never reaches data_received's check
             self.stop(self.too_big())
+        super().on_header(name, value)
 
     def stop(self, message: str) -> None:
         """Stop the parser from a callback: httptools raises, uvicorn calls ``send_400_response``, answered 431."""
@@ -94,16 +103,16 @@ class LimitedProtocol(HttpToolsProtocol):
         raise ValueError(message)
 
     def too_big(self) -> str:
-        return f"request line and headers over {self.limits.max_header_bytes} bytes (http.max_header_bytes)"
+        return f"request line and headers over {self.max_header_bytes} bytes (http.max_header_bytes)"
 
     def on_headers_complete(self) -> None:
-        self.in_head, self.head_bytes = False, 0
-        self.arm(self.limits.body_timeout_s, self.body_timed_out)
+        self.in_head, self.in_body, self.head_bytes = False, True, 0
+        self.disarm()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
+        self.in_head, self.in_body = True, False
         self.disarm()
-        self.in_head = True
         super().on_message_complete()
 
     # refusals

@@ -1,8 +1,9 @@
 """Which rollout and attempt a call belongs to: from the path, or the ``X-Voltbus-*`` headers.
 
-A call naming a rollout or attempt the log does not know is refused with 404 before anything is
-proxied. A call naming none is proxied and, when ``record_unattributed`` is on, recorded under
-rollout and attempt id ``unattributed`` (so nothing the engine sampled goes unseen). A call's mode
+A call naming a rollout or attempt id that cannot be one (not a NATS subject token) is refused with
+400 ``invalid_id``, one the log does not know with 404, before anything is proxied. A call naming
+none is proxied and, when ``record_unattributed`` is on, recorded under rollout and attempt id
+``unattributed`` (so nothing the engine sampled goes unseen). A call's mode
 is the path's (``/mode/{train|val}/``) or else the rollout's own (``train``, ``val``, ``test``).
 
 A call naming an attempt that has ended (succeeded, failed, timed out, superseded by a retry, or

@@ -1,10 +1,6 @@
-"""Attacks on the HTTP servers (issue 24, findings 10 and 11): oversized or too many headers, slow headers
-and bodies, connection floods, bad bytes and bad ids. Each is refused with a precise status (never 500),
-by every service, since all four serve through ``services.serving`` with ``HttpSettings``' limits.
-
-Raw sockets send what an HTTP client would not; every server is the service's own ``run()`` (or, for the
-gateway's id checks, its app served by ``serving``) on a random port, with small limits from settings.
-"""
+"""Attacks on every HTTP service (issue 24, findings 10 and 11), by raw sockets against the services' own
+``run()`` on random ports with small limits from settings: big or many headers, slow heads and bodies,
+connection floods, bad ids and bad bytes, each refused with a precise status (never 500)."""
 
 from __future__ import annotations
 
@@ -105,7 +101,7 @@ async def run_until_stopped(run: Callable[..., Awaitable[None]], settings: Setti
     stack.push_async_callback(stopped)
 
 
-ServiceFactory = Callable[[str, HttpSettings], Awaitable[tuple[int, bytes]]]
+ServiceFactory = Callable[..., Awaitable[tuple[int, bytes]]]
 
 
 @pytest.fixture
@@ -116,10 +112,10 @@ async def service(
     answers 200 on."""
     async with AsyncExitStack() as stack:
 
-        async def start(name: str, http: HttpSettings) -> tuple[int, bytes]:
+        async def start(name: str, http: HttpSettings, engine_control: StubControl | None = None) -> tuple[int, bytes]:
             port = free_port()
             if name == "gateway":
-                engine = await stack.enter_async_context(serve(stub_app(StubControl())))
+                engine = await stack.enter_async_context(serve(stub_app(engine_control or StubControl())))
                 cfg = GatewaySettings(port=port, upstream_url=f"{engine}/v1")
                 settings, run, path = Settings(nats=nats_settings, gateway=cfg, http=http), gateway_app.run, b"/healthz"
             elif name == "projector":
@@ -220,6 +216,20 @@ async def test_connections_past_the_cap_are_refused_at_once(service: ServiceFact
     await wait_for(served, ANSWER_S, "a new connection once one closed")
     for conn in held[1:]:
         conn.close()
+
+
+async def test_a_slow_answer_outlives_the_read_deadlines(service: ServiceFactory) -> None:
+    engine = StubControl(hold=asyncio.Event())
+    port, _ = await service("gateway", LIMITS, engine)
+    conn = await connect(port)
+    await conn.send(request("POST", b"/v1/chat/completions", b'{"model": "m", "messages": []}'))
+    await asyncio.wait_for(engine.entered.wait(), ANSWER_S)
+    await asyncio.sleep(LIMITS.header_timeout_s + LIMITS.body_timeout_s + 0.5)  # an engine slower than both
+    engine.hold.set()  # type: ignore[union-attr]
+    assert (await conn.answer())[0] == 200  # the deadlines are for what the client sends, not for the answer
+    await conn.send(request("GET", b"/healthz"))
+    assert (await conn.answer())[0] == 200
+    conn.close()
 
 
 BAD_IDS = [b"%2e%2e", b"%00", b"*", b"a.b", b"x" * 5000, b"a%20b", b"%ff", b">"]

@@ -285,6 +285,19 @@ async def test_bad_ids_get_400_and_the_connection_is_kept(make_gateway: GatewayF
     assert [type(e) for e in recorded] == [ModelCalled] and not any(isinstance(e, RewardReported) for e in after)
 
 
+async def test_the_dashboard_refuses_bad_ids_and_keeps_the_connection(service: ServiceFactory) -> None:
+    port, _ = await service("dashboard", HttpSettings())
+    conn = await connect(port)
+    for bad in BAD_IDS:
+        for path in (b"/api/rollout?rollout_id=", b"/api/run?run_id="):
+            await conn.send(request("GET", path + bad))
+            status, _, body = await conn.answer()
+            assert status == 400 and (b"use 1-128 characters" in body or b"over the limit" in body), (bad, body)
+    await conn.send(request("GET", b"/api/config"))
+    assert (await conn.answer())[0] == 200
+    conn.close()
+
+
 BAD_BODIES = [
     b'{"model": "m", "messages": [{"role": "user", "content": "\xff\xfe"}]}',
     b"\xff\xfe{}",

@@ -8,7 +8,6 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -306,7 +305,7 @@ BAD_BODIES = [
 """Bodies that are not UTF-8 (so not JSON): inside a string, before it, a broken two-byte sequence."""
 
 
-@pytest.mark.parametrize("name", ["gateway", "projector"])
+@pytest.mark.parametrize("name", ["gateway", "projector", "inference"])
 async def test_bodies_that_are_not_utf8_get_400_and_the_connection_is_kept(
     service: ServiceFactory, name: str, make_gateway: GatewayFactory
 ) -> None:
@@ -314,17 +313,18 @@ async def test_bodies_that_are_not_utf8_get_400_and_the_connection_is_kept(
         g = await make_gateway()
         port, paths = int(g.url.rsplit(":", 1)[1]), [f"/rollout/{g.rid}/attempt/{g.aid}/v1/chat/completions"]
         paths.append(f"/api/rollouts/{g.rid}/attempt/{g.aid}/events")
-        good: dict[str, Any] = {"path": paths[0], "body": b'{"model": "m", "messages": []}'}
+        good = request("POST", paths[0].encode(), b'{"model": "m", "messages": []}')
     else:
-        port, _ = await service(name, HttpSettings())
-        paths, good = ["/sql"], {"path": "/sql", "body": b'{"sql": "SELECT 1"}'}
+        port, health = await service(name, HttpSettings())
+        paths = ["/sql"] if name == "projector" else ["/v1/completions", "/v1/chat/completions", "/update_weights"]
+        good = request("GET", health)
     conn = await connect(port)
     for path in paths:
         for body in BAD_BODIES:
             await conn.send(request("POST", path.encode(), body))
             status, _, text = await conn.answer()
             assert status == 400 and b"JSON" in text, (path, body, text)
-    await conn.send(request("POST", good["path"].encode(), good["body"]))
+    await conn.send(good)
     assert (await conn.answer())[0] == 200  # the same connection still serves
     conn.close()
     if name == "gateway":

@@ -1,9 +1,11 @@
-"""Serving an HTTP app with uvicorn, the one way every voltbus HTTP service does it: a port check with
-a one-line error, start-up awaited (uvicorn offers no start-up event), a clean stop."""
+"""Serving an HTTP app with uvicorn, the one way every voltbus HTTP service does it: the limits of
+``HttpSettings`` (``http11``), a port check with a one-line error, start-up awaited (uvicorn offers no
+start-up event), a clean stop."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,7 +13,9 @@ from typing import Any
 
 import uvicorn
 
+from .http11 import LimitedProtocol
 from .natsserver import check_port
+from .settings import HttpSettings
 
 
 def free_port() -> int:
@@ -21,15 +25,35 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def build_server(
+    app: Any, host: str, port: int, http: HttpSettings, lifespan: str = "on", **config: Any
+) -> uvicorn.Server:
+    """The uvicorn server of every voltbus HTTP service: ``http``'s limits on every connection, no
+    WebSocket upgrades (no service has one), warnings only. ``config``: more ``uvicorn.Config`` arguments
+    (``ssl_certfile`` and ``ssl_keyfile`` serve HTTPS)."""
+    protocol = functools.partial(LimitedProtocol, limits=http)
+    cfg = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan=lifespan,
+        http=protocol,  # type: ignore[arg-type]  # uvicorn calls it as it calls a protocol class
+        ws="none",
+        timeout_keep_alive=http.keep_alive_s,
+        **config,
+    )
+    return uvicorn.Server(cfg)
+
+
 @asynccontextmanager
 async def serving(
-    app: Any, port: int, host: str = "127.0.0.1", lifespan: str = "on", **config: Any
+    app: Any, port: int, host: str = "127.0.0.1", lifespan: str = "on", http: HttpSettings | None = None, **config: Any
 ) -> AsyncIterator[str]:
     """Serve ``app`` on ``host:port`` while the block runs; yields its base URL. A server that cannot
-    start (its lifespan failed, the port is taken) raises here. ``config``: more ``uvicorn.Config``
-    arguments (``ssl_certfile`` and ``ssl_keyfile`` serve HTTPS)."""
-    cfg = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan=lifespan, **config)
-    server = uvicorn.Server(cfg)
+    start (its lifespan failed, the port is taken) raises here. ``http``: the limits (default ones when
+    None); ``config``: more ``uvicorn.Config`` arguments (``ssl_certfile`` and ``ssl_keyfile`` serve HTTPS)."""
+    server = build_server(app, host, port, http or HttpSettings(), lifespan, **config)
     task = asyncio.create_task(server.serve())
     while not server.started and not task.done():  # noqa: ASYNC110
         await asyncio.sleep(0.01)  # uvicorn offers no start-up event
@@ -50,13 +74,16 @@ async def serve_until(
     what: str,
     stop: asyncio.Event | None = None,
     ready: asyncio.Event | None = None,
+    *,
+    http: HttpSettings,
     **config: Any,
 ) -> None:
     """Serve ``app`` until ``stop`` is set or the server stops by itself (Ctrl-C: uvicorn handles the
     signal), which sets ``stop``; ``ready`` is set once it accepts connections. A taken port is refused
-    first with one line naming ``what``. ``config``: more ``uvicorn.Config`` arguments (TLS)."""
+    first with one line naming ``what``. ``http``: the limits; ``config``: more ``uvicorn.Config``
+    arguments (TLS)."""
     check_port(host, port, what)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", **config))
+    server = build_server(app, host, port, http, **config)
     stop = stop or asyncio.Event()
     async with asyncio.TaskGroup() as tasks:
         running = tasks.create_task(server.serve())

@@ -248,6 +248,28 @@ class ProjectorSettings(BaseModel):
         }
 
 
+class HttpSettings(BaseModel):
+    """Limits of every voltbus HTTP server (gateway, projector, dashboard, inference): how much a client may
+    send and how long it may take (``VOLTBUS_HTTP__*``; docs/security.md "HTTP limits")."""
+
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024)
+    """Most bytes of a request's line and headers; past it the answer is 431 and the connection closes."""
+    max_headers: int = Field(default=100, ge=1)
+    """Most header lines in one request; past it the answer is 431 and the connection closes."""
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    """Seconds a client has to send a request's line and headers, counted from its first byte (or from
+    connecting); past it the answer is 408 and the connection closes (slow-header attacks)."""
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    """Seconds a client has to send a request's whole body once its headers are in; past it the answer
+    is 408 (or, if the answer has begun, nothing) and the connection closes."""
+    keep_alive_s: int = Field(default=5, ge=1)
+    """Seconds an idle connection stays open for the next request (uvicorn's ``timeout_keep_alive``); keep
+    it above the gateway's 4 s reuse of its connections to the engines."""
+    max_connections: int = Field(default=2048, ge=1)
+    """Open connections at most, idle and slow ones included; one past it is answered 503 and closed at
+    once. Keep it below the process's open-file limit (``ulimit -n``)."""
+
+
 class DashboardSettings(BaseModel):
     """The dashboard (``voltbus dashboard``): a live web page over the projector's SQL endpoint."""
 
@@ -539,6 +561,8 @@ class Settings(BaseSettings):
     """Learner settings."""
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     """Dashboard settings."""
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    """Limits of every HTTP server (header size and count, read timeouts, open connections)."""
     log_level: str = "INFO"
     """Logging level for every service."""
     credentials_file: Path | None = None

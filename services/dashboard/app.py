@@ -61,4 +61,4 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
     """Serve the dashboard until ``stop`` is set (or forever); ``ready`` is set once it accepts connections."""
     cfg = settings.dashboard
     log.info("dashboard on http://%s:%d reading %s", cfg.host, cfg.port, cfg.projector_url or settings.projector.url)
-    await serve_until(build_app(settings), cfg.host, cfg.port, "dashboard", stop, ready)
+    await serve_until(build_app(settings), cfg.host, cfg.port, "dashboard", stop, ready, http=settings.http)

@@ -10,6 +10,9 @@ from pathlib import Path
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 
+from voltbus.schemas import is_token
+from voltbus.schemas.errors import InvalidId
+
 from .reader import Projections, ProjectorDown, QueryFailed
 
 STATIC = Path(__file__).parent / "static"
@@ -23,16 +26,19 @@ class BadParam(ValueError):
 
 
 def param(request: Request, name: str) -> str:
-    """A query parameter's value ("" when absent); BadParam when it is over ``MAX_PARAM`` characters."""
+    """An id from the query ("" when absent); BadParam when it is over ``MAX_PARAM`` characters or cannot
+    be an id (a NATS subject token)."""
     value = request.query_params.get(name, "")
     if len(value) > MAX_PARAM:
         raise BadParam(f"{name} is {len(value)} characters long, over the limit of {MAX_PARAM}")
+    if value and not is_token(value):
+        raise BadParam(str(InvalidId(name.replace("_", " "), value)))
     return value
 
 
 def answering(handler: Callable[[Request, Projections], Awaitable[dict[str, object]]]) -> Handler:
     """Wrap a handler: its dict as JSON; 503 when no projector answers, 502 when a query fails, 400 for a
-    query parameter over the limit."""
+    query parameter that is not an id."""
 
     async def endpoint(request: Request) -> Response:
         projections: Projections = request.app.state.projections

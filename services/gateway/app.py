@@ -113,4 +113,4 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
     tls = {"ssl_certfile": str(cfg.tls_cert), "ssl_keyfile": str(cfg.tls_key)} if cfg.tls_cert else {}
     scheme = "https" if tls else "http"
     log.info("gateway on %s://%s:%d in front of %s", scheme, cfg.host, cfg.port, ", ".join(cfg.engines))
-    await serve_until(build_app(settings), cfg.host, cfg.port, "gateway", stop, ready, **tls)
+    await serve_until(build_app(settings), cfg.host, cfg.port, "gateway", stop, ready, http=settings.http, **tls)

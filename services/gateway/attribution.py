@@ -1,8 +1,9 @@
 """Which rollout and attempt a call belongs to: from the path, or the ``X-Voltbus-*`` headers.
 
-A call naming a rollout or attempt the log does not know is refused with 404 before anything is
-proxied. A call naming none is proxied and, when ``record_unattributed`` is on, recorded under
-rollout and attempt id ``unattributed`` (so nothing the engine sampled goes unseen). A call's mode
+A call naming a rollout or attempt id that cannot be one (not a NATS subject token) is refused with
+400 ``invalid_id``, one the log does not know with 404, before anything is proxied. A call naming
+none is proxied and, when ``record_unattributed`` is on, recorded under rollout and attempt id
+``unattributed`` (so nothing the engine sampled goes unseen). A call's mode
 is the path's (``/mode/{train|val}/``) or else the rollout's own (``train``, ``val``, ``test``).
 
 A call naming an attempt that has ended (succeeded, failed, timed out, superseded by a retry, or
@@ -22,7 +23,8 @@ from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 from starlette.requests import Request
 
-from voltbus.schemas.errors import UnknownRollout
+from voltbus.schemas import is_token
+from voltbus.schemas.errors import InvalidId, UnknownRollout
 from voltbus.store import Store
 
 from .errors import GatewayError
@@ -36,8 +38,15 @@ ENDED_ROLLOUT = ("succeeded", "failed", "cancelled")
 
 
 def claimed_rollout(request: Request) -> str | None:
-    """The rollout a request names (path first, then header), before any check."""
-    return request.path_params.get("rid") or request.headers.get(ROLLOUT_HEADER) or None
+    """The rollout a request names (path first, then header), before any check against the log; 400
+    GatewayError when it, or the attempt named beside it, cannot be an id (a NATS subject token)."""
+    params, headers = request.path_params, request.headers
+    rid = params.get("rid") or headers.get(ROLLOUT_HEADER) or None
+    for kind, value in (("rollout id", rid), ("attempt id", params.get("aid") or headers.get(ATTEMPT_HEADER))):
+        if value and not is_token(value):
+            shown = value if len(value) <= 64 else f"{value[:64]}... ({len(value)} characters)"
+            raise GatewayError(400, "invalid_id", str(InvalidId(kind, shown)))
+    return rid
 
 
 @dataclass(frozen=True)

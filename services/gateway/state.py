@@ -83,7 +83,7 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     try:
         body = msgspec.json.decode(raw) if raw.strip() else {}
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec checks a string's UTF-8 as it decodes it
         raise GatewayError(400, "invalid_json", f"invalid JSON in request body: {exc}") from None
     if not isinstance(body, dict):
         raise GatewayError(400, "invalid_request", "request body must be a JSON object")

@@ -94,4 +94,4 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
     """Serve until ``stop`` is set (or forever); ``ready`` is set once it accepts requests."""
     cfg = settings.inference
     log.info("inference server on http://%s:%d/v1 for %s", cfg.host, cfg.port, cfg.model_dir)
-    await serve_until(build_app(settings), cfg.host, cfg.port, "inference server", stop, ready)
+    await serve_until(build_app(settings), cfg.host, cfg.port, "inference server", stop, ready, http=settings.http)

@@ -15,7 +15,6 @@ from functools import partial
 
 import duckdb
 import pyarrow as pa
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -30,6 +29,7 @@ from voltbus.schemas.errors import QueryRefused
 from voltbus.services.eventlog import EventLog
 from voltbus.services.httpguard import check_exposure, guard
 from voltbus.services.natsserver import check_port
+from voltbus.services.serving import build_server
 from voltbus.services.settings import Settings
 
 from .sql import limits_of, query, truncated_to
@@ -178,7 +178,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
     projector = Projector(cfg.db, threads=cfg.duckdb_threads, refresh_interval=cfg.training_refresh_s)
     progress, queries = Progress(projector), Queries(settings, projector)
     app = build_app(settings, projector, progress, queries)
-    server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning", lifespan="off"))
+    server = build_server(app, cfg.host, cfg.port, settings.http, lifespan="off")
     stop = stop or asyncio.Event()
     log.info(
         "projector on %s from control seq %d, spans seq %d; SQL at http://%s:%d/sql",

@@ -72,8 +72,8 @@ async def local_system(settings: Settings, agent: Any, n_runners: int = 8) -> As
         tasks.append(asyncio.create_task(run_projector(s, stop, ready)))
         await asyncio.wait_for(ready.wait(), 60)
         if inference_app is not None:
-            await stack.enter_async_context(serving(inference_app(s), s.inference.port))
-            await stack.enter_async_context(serving(gateway_app(s), s.gateway.port))
+            await stack.enter_async_context(serving(inference_app(s), s.inference.port, http=s.http))
+            await stack.enter_async_context(serving(gateway_app(s), s.gateway.port, http=s.http))
         runner = await stack.enter_async_context(Runner(s, agent))
         tasks.append(asyncio.create_task(runner.run(stop)))
         try:

@@ -6,32 +6,49 @@ reads the environment; the CLI builds Settings once and passes it down.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Any
 
 import platformdirs
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
-    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
 from voltbus.schemas.errors import VoltbusError
 
+from .sections import (
+    CoordinatorSettings,
+    DashboardSettings,
+    Feeding,
+    GatewaySettings,
+    InferenceSettings,
+    LearnerSettings,
+    ProjectorSettings,
+    RunnerSettings,
+)
 
-def _url_list(value: object) -> object:
-    """Accept a JSON list or a comma-separated string (from the environment) as well as a list."""
-    if isinstance(value, str):
-        if value.strip().startswith("["):
-            return json.loads(value)
-        return [u.strip() for u in value.split(",") if u.strip()]
-    return value
+__all__ = [
+    "BusSettings",
+    "CoordinatorSettings",
+    "CredentialsNotFound",
+    "DashboardSettings",
+    "Feeding",
+    "GatewaySettings",
+    "HttpSettings",
+    "InferenceSettings",
+    "LearnerSettings",
+    "NatsSettings",
+    "ProjectorSettings",
+    "RunnerSettings",
+    "Settings",
+    "default_data_dir",
+]
 
 
 def default_data_dir() -> Path:
@@ -139,115 +156,6 @@ class BusSettings(BaseModel):
     """CA bundle of client certificates; when set, the server also verifies clients (mutual TLS)."""
 
 
-class CoordinatorSettings(BaseModel):
-    """The watchdog that expires attempts and parks dead letters."""
-
-    tick_s: float = 0.5
-    """Seconds between checks of every attempt in progress (timeouts are detected within one tick)."""
-    restart_delay_s: float = 0.5
-    """Seconds before a failed stream reader is started again."""
-    worker_timeout_s: float = Field(default=60.0, ge=0)
-    """Seconds without a heartbeat (or a span) from a worker, on the bus server's clock, after which the attempt it
-    holds ends ``unresponsive`` and is retried per its rollout's config, whatever that config's timeouts (0: off).
-    Keep it well above ``VOLTBUS_RUNNER__HEARTBEAT_S``. Attempts of a worker id whose runner restarted end at once."""
-
-
-class Feeding(TypedDict):
-    """The keyword arguments of ``projections.follow.project`` that the projector's settings give."""
-
-    batch_size: int
-    max_wait: float
-    readers: dict[str, int]
-    backlog: int
-
-
-class ProjectorSettings(BaseModel):
-    """The projector (DuckDB read models) and its SQL endpoint."""
-
-    db: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("voltbus")) / "projection.duckdb")
-    """The DuckDB file the projector owns (``VOLTBUS_PROJECTOR__DB``)."""
-    host: str = "127.0.0.1"
-    """Interface the SQL endpoint listens on."""
-    port: int = 8765
-    """Port of the SQL endpoint."""
-    url: str = "http://127.0.0.1:8765"
-    """Where clients (``voltbus sql``, the store's queries) reach the running projector."""
-    batch_size: int = 2000
-    """Most events applied in one transaction."""
-    max_wait_s: float = 0.1
-    """Longest wait to fill a batch (bounds the lag from publish to visible in SQL)."""
-    span_readers: int = Field(default=1, ge=0, le=16)
-    """Reader processes of the spans stream (``VOLTBUS_PROJECTOR__SPAN_READERS``): they read, decode and
-    prepare a share of it each, so that the projector's process does little but DuckDB's work; 0: all in
-    the projector's process. On two cores one is fastest (BENCHMARKS.md, issue 4)."""
-    control_readers: int = Field(default=0, ge=0, le=16)
-    """Reader processes of the control stream (``VOLTBUS_PROJECTOR__CONTROL_READERS``); 0 (the default):
-    in the projector's process. On two cores, a live run's small batches cost more to hand over than to prepare
-    here; a backlog gains from one, which ``reader_backlog`` gives it."""
-    reader_backlog: int = Field(default=10_000, ge=0)
-    """A stream with no reader processes of its own (``control_readers`` 0) gets one while it catches up on a
-    backlog of at least this many messages (``VOLTBUS_PROJECTOR__READER_BACKLOG``; 0: never) whenever it opens the
-    stream: at start-up (a projector that was stopped while the log grew), in ``voltbus replay``, which keeps it to
-    the end, and again after a reader failed or the log was found to differ from the checkpoint. A live projector
-    goes back to reading the stream itself once less than a batch is left. Not when the database holds more folded
-    rollouts than the backlog has messages (the reader gets them all first). On two cores, catching up on 60,000
-    control events took ~20% less time with a reader, on 10,000 about the same: the reader's start and first cut
-    cost a fixed time (BENCHMARKS.md, issue 4)."""
-    training_refresh_s: float = Field(default=0.2, ge=0)
-    """Shortest time between two training refreshes of the live projection (``VOLTBUS_PROJECTOR__TRAINING_REFRESH_S``):
-    the training rows of attempts that end meanwhile are computed together, in one refresh of a few statements,
-    instead of one refresh per commit (BENCHMARKS.md, issue 4). A query waiting for both streams (training data)
-    waits for them; 0: each in the commit that ends the attempt or brings its telemetry."""
-    duckdb_threads: int = Field(default=1, ge=0, le=1024)
-    """DuckDB's worker threads for the projector's database (``VOLTBUS_PROJECTOR__DUCKDB_THREADS``; 0: DuckDB's
-    default, one per core). 1 by default: the projector's batches are too small for DuckDB to split, and idle
-    workers cost CPU in every statement (on two cores a live run's small commits took ~10% less CPU with 1,
-    BENCHMARKS.md, issue 4). SQL over the projector's endpoint shares the setting: raise it where large queries
-    on a live projection matter more than ingest."""
-    max_rows: int = 100_000
-    """Most rows one SQL query returns over the endpoint (a clear error past it)."""
-    max_result_bytes: int = Field(default=64 << 20, ge=1)
-    """Most bytes (Arrow) one SQL answer holds, over the endpoint or ``voltbus sql --db`` (a clear error past it)."""
-    sql_timeout_s: float = Field(default=30.0, gt=0)
-    """Longest one SQL query runs, over the endpoint or ``voltbus sql --db``: it is then interrupted and refused."""
-    sql_slots: int = Field(default=4, ge=1, le=64)
-    """SQL queries the endpoint runs at once; one more waits up to 5 s for a slot, then gets 503 (the projector's
-    own writes never wait for them)."""
-    token: str | None = None
-    """Bearer token required by POST /sql (generated with the bus users by voltbus up / compose). None: no token
-    (the endpoint then binds loopback only)."""
-    allowed_hosts: list[str] = Field(default_factory=list)
-    """Host names the endpoint answers besides loopback ones and ``host`` (a ``Host`` header naming anything else
-    gets 400: a web page cannot reach it through DNS rebinding), e.g. ``["projector"]`` in compose; ``*.domain``
-    patterns allowed."""
-
-    @property
-    def auth_headers(self) -> dict[str, str]:
-        """The headers a client of the SQL endpoint sends: the token, when there is one."""
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
-
-    @property
-    def readers(self) -> dict[str, int]:
-        """Reader processes per stream."""
-        return {"control": self.control_readers, "spans": self.span_readers}
-
-    @property
-    def forks(self) -> bool:
-        """Whether reader processes may start (readers of a stream's own, or one for a backlog): the fork server
-        is then started once, beforehand."""
-        return any(self.readers.values()) or self.reader_backlog > 0
-
-    @property
-    def feeding(self) -> Feeding:
-        """``projections.follow.project``'s keyword arguments from these settings: batches, readers, backlog."""
-        return {
-            "batch_size": self.batch_size,
-            "max_wait": self.max_wait_s,
-            "readers": self.readers,
-            "backlog": self.reader_backlog,
-        }
-
-
 class HttpSettings(BaseModel):
     """Limits of every voltbus HTTP server (gateway, projector, dashboard, inference): how much a client may
     send and how long it may take (``VOLTBUS_HTTP__*``; docs/security.md "HTTP limits")."""
@@ -268,274 +176,6 @@ class HttpSettings(BaseModel):
     max_connections: int = Field(default=2048, ge=1)
     """Open connections at most, idle and slow ones included; one past it is answered 503 and closed at
     once. Keep it below the process's open-file limit (``ulimit -n``)."""
-
-
-class DashboardSettings(BaseModel):
-    """The dashboard (``voltbus dashboard``): a live web page over the projector's SQL endpoint."""
-
-    host: str = "127.0.0.1"
-    """Interface the dashboard listens on."""
-    port: int = 8780
-    """Port of the dashboard (``VOLTBUS_DASHBOARD__PORT``)."""
-    projector_url: str | None = None
-    """Where the dashboard reaches the projector's ``/sql``; None: ``projector.url``."""
-    timeout_s: float = Field(default=5.0, gt=0)
-    """Seconds one query to the projector may take before the page says it does not answer."""
-    poll_s: float = Field(default=2.0, gt=0)
-    """Seconds between the page's refreshes."""
-    allowed_hosts: list[str] = Field(default_factory=list)
-    """Host names the page answers besides loopback ones and ``host`` (a ``Host`` header naming anything else gets
-    400, so a web page cannot read the projection through DNS rebinding); ``*.domain`` patterns allowed."""
-
-
-class RunnerSettings(BaseModel):
-    """Runners: how many rollouts at once, heartbeats, isolation, shutdown."""
-
-    slots: int = 1
-    """Rollouts run concurrently by one runner process (``-n``)."""
-    worker_prefix: str = "Worker"
-    """Worker ids are ``<prefix>-<n>`` (Agent Lightning's ``Worker-<n>``). Left unset, each runner takes the next
-    free numbers from a counter on the bus, so two runners never share a worker id (the first runner of a bus gets
-    ``Worker-0`` to ``Worker-<slots - 1>``); set, they are ``<prefix>-0`` to ``<prefix>-<slots - 1>``, and a runner
-    restarted with them ends what its previous process left running (two live runners need two prefixes)."""
-    heartbeat_s: float = 5.0
-    """Seconds between heartbeats (sent from a thread a busy agent cannot block)."""
-    claim_wait_s: float = 1.0
-    """How long an idle slot waits for a queued rollout per fetch."""
-    busy_report_s: float = Field(default=1.0, ge=0)
-    """A slot's worker is reported busy once its attempt has run this long (0: at the claim). An attempt
-    that ends sooner writes no worker status at all: its claim and end already name the worker, and
-    fast agents then cost two appends per rollout fewer. Heartbeats are not affected."""
-    isolate: bool = False
-    """Run each rollout in its own process, killed (whole process group) at the rollout's timeout."""
-    shutdown_grace_s: float = 30.0
-    """On SIGTERM, how long running rollouts may finish before they are ended as failed."""
-    gateway_url: str | None = None
-    """The gateway's base URL; with ``isolate``, each rollout's process gets Agent Lightning 1.0's
-    ``AGL_OPENAI_BASE_URL`` / ``AGL_EVENT_URL`` / ``AGL_KEY`` pointing at it for that attempt."""
-
-
-class GatewaySettings(BaseModel):
-    """The OpenAI-compatible gateway that attributes, rewrites and records every model call."""
-
-    host: str = "127.0.0.1"
-    """Interface the gateway listens on."""
-    port: int = 8766
-    """Port of the gateway (``VOLTBUS_GATEWAY__PORT``)."""
-    upstream_url: str = "http://127.0.0.1:8000/v1"
-    """Base URL of the engine, including ``/v1`` (``VOLTBUS_GATEWAY__UPSTREAM_URL``): the one engine
-    when ``upstream_urls`` is empty."""
-    upstream_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    """Base URLs of several engines, each including ``/v1``; when set, ``upstream_url`` is ignored.
-    ``VOLTBUS_GATEWAY__UPSTREAM_URLS='["http://a:8000/v1","http://b:8000/v1"]'`` (a JSON list) or a
-    comma-separated string. A call of a rollout always goes to the same engine while that engine is up
-    (prefix-cache reuse); unattributed calls go round robin."""
-    engine_cooldown_s: float = Field(default=5.0, ge=0)
-    """Seconds an engine that failed (transport error, timeout, 408, 429, 5xx) is skipped (tried last)."""
-    health_check_s: float = Field(default=0.0, ge=0)
-    """Seconds between active health checks (``GET /models`` on every engine); 0: only calls tell."""
-    upstream_api_key: str | None = None
-    """Bearer key sent to the engine; the agent's own key is never forwarded."""
-    timeout_s: float = 300.0
-    """Seconds one upstream call may take (read timeout between streamed chunks too) before a 504."""
-    connect_timeout_s: float = 5.0
-    """Seconds to wait for a connection to the engine."""
-    retries: int | None = Field(default=None, ge=0)
-    """Extra tries of a call after a transport error, timeout, 408, 429 or 5xx, each on the next engine
-    (a streamed call only before its first byte); None: one try per engine (0 with one engine)."""
-    retry_backoff_s: float = 0.5
-    """Delay before a retry on an engine already tried or down (a fresh engine that is up is tried at
-    once); doubled each retry, capped at 8 s."""
-    max_body_bytes: int = 2 * 1024 * 1024
-    """Largest request body accepted (413 past it); keep it below ``nats.max_payload``."""
-    max_messages: int = Field(default=2048, ge=1)
-    """Most ``messages`` in one chat call (400 past it)."""
-    max_n: int = Field(default=64, ge=1)
-    """Most choices (``n``) one call may ask for (400 past it)."""
-    max_prompt_tokens: int = Field(default=131_072, ge=1)
-    """Most token ids in a completions ``prompt`` given as token ids (400 past it)."""
-    max_event_bytes: int = Field(default=256 * 1024, ge=1)
-    """Largest body of an agent event post (``/api/rollouts/.../events``; 413 past it)."""
-    max_event_fields: int = Field(default=1000, ge=1)
-    """Most fields in an agent event's data (with a reward's dimensions; 400 past it)."""
-    refuse_ended_attempts: bool = True
-    """Refuse (403 ``attempt_ended``) calls and events naming an attempt that has ended (succeeded,
-    failed, timed out, superseded by a retry, or its rollout ended): its key stops working with it."""
-    tls_cert: Path | None = None
-    """Certificate (PEM) to serve HTTPS with (with ``tls_key``); None: plain HTTP."""
-    tls_key: Path | None = None
-    """Private key (PEM) of ``tls_cert``."""
-    agent_key: str | None = None
-    """Key agents send (``Authorization: Bearer`` or ``x-api-key``) on model and event routes; None: open."""
-    key_secret: str | None = None
-    """Secret from which each rollout's own agent key is derived (HMAC-SHA256 of the rollout id; see
-    ``services/keys.py``). When set, a call or event attributed to a rollout must present that rollout's
-    key (or the admin key): an agent cannot write to another rollout. The runner hands each attempt its
-    key (``AGL_KEY``, and the ``api_key`` of its ProxyLLM). Unattributed calls then need ``agent_key``."""
-    admin_key: str | None = None
-    """Key for ``/admin/*`` and ``/proxy/pause|resume|state`` (401 without it, 403 with an agent key);
-    None: open, unless agent keys are set (then closed). Also accepted on agent routes."""
-    gateway_id: str | None = None
-    """This gateway's id in its pause/resume events (a subject token); None: ``gw-<port>``."""
-    pause_retry_after_s: int = 5
-    """Default ``Retry-After`` seconds answered while paused."""
-    record_unattributed: bool = True
-    """Record calls that name no rollout under rollout and attempt id ``unattributed``."""
-    model_name: str | None = None
-    """Model name sent to the engine on attributed calls, whatever the agent asked for (Agent
-    Lightning 1.0's ``default_proxy.model_name``; agents may then send ``model="auto"``); None: the agent's."""
-    train_temperature: float | None = Field(default=1.0, ge=0)
-    """Temperature forced on calls of ``train`` rollouts: 1.0 by default, so the recorded logprobs are
-    those of the distribution the learner trains (ratios against other temperatures are biased); None: the agent's."""
-    val_temperature: float | None = Field(default=None, ge=0)
-    """Temperature forced on calls of ``val`` and ``test`` rollouts; None (the default): the agent's own,
-    so a greedy validation stays greedy (Agent Lightning forces 0.7)."""
-
-    @field_validator("upstream_urls", mode="before")
-    @classmethod
-    def _split_urls(cls, value: object) -> object:
-        return _url_list(value)
-
-    @property
-    def engines(self) -> list[str]:
-        """The engines' base URLs: ``upstream_urls``, or ``[upstream_url]``.
-
-        >>> GatewaySettings(upstream_url="http://e/v1").engines
-        ['http://e/v1']
-        >>> GatewaySettings(upstream_urls="http://a/v1, http://b/v1").engines
-        ['http://a/v1', 'http://b/v1']
-        """
-        return list(self.upstream_urls) or [self.upstream_url]
-
-
-class InferenceSettings(BaseModel):
-    """The CPU inference server (``voltbus inference``): a torch model behind an OpenAI-compatible API."""
-
-    model_dir: Path | None = None
-    """Model directory to serve (``config.json``, ``model.safetensors``, ``tokenizer.json``); made by
-    ``voltbus model init`` (``VOLTBUS_INFERENCE__MODEL_DIR``)."""
-    served_model_name: str | None = None
-    """Name clients put in ``model``; default: the model directory's name."""
-    host: str = "127.0.0.1"
-    """Interface the server listens on."""
-    port: int = 8000
-    """Port of the server (vLLM's default, which is also the gateway's default upstream)."""
-    device: str = "cpu"
-    """torch device (``cpu``, or ``cuda`` where there is one)."""
-    torch_threads: int = Field(default=1, ge=0)
-    """torch intra-op threads (``torch.set_num_threads``; 0: torch's default). On 2 cores, 1 thread leaves
-    a core to the HTTP side and was measured faster and far steadier than 2 (2 threads collapse to a
-    fraction of their speed whenever the other core is busy)."""
-    max_batch_rows: int = Field(default=64, ge=1)
-    """Most sequences generated in one batch (all ``n`` samples of a request always share a batch)."""
-    batch_quiet_ms: float = Field(default=10.0, ge=0)
-    """A batch starts once no request has arrived for this long ..."""
-    batch_max_wait_ms: float = Field(default=50.0, ge=0)
-    """... or this long after its first request arrived."""
-    max_model_len: int | None = None
-    """Most prompt + generated tokens per sequence; default: the model's ``max_position_embeddings``."""
-    default_max_tokens: int = Field(default=64, ge=1)
-    """Tokens generated when a request sets no ``max_tokens`` (capped by what fits the context)."""
-    max_n: int = Field(default=64, ge=1)
-    """Largest ``n`` (samples per request) accepted."""
-    max_logprobs: int = Field(default=20, ge=0)
-    """Largest number of alternatives per position (completions ``logprobs``, chat ``top_logprobs``)."""
-    max_body_bytes: int = 2 * 1024 * 1024
-    """Largest request body accepted (413 past it)."""
-    seed: int | None = None
-    """Seed of the sampler for requests without their own ``seed``; None: a fresh one each start."""
-    weight_version: str | None = None
-    """Label of the weights loaded at start; default ``local:<first 12 hex of their sha256>``."""
-    follow_resources: bool = False
-    """Follow resources versions on the bus and serve the weights of each one that names this model."""
-    restart_delay_s: float = 1.0
-    """Seconds before the resources follower starts again after a failure."""
-
-
-class LearnerSettings(BaseModel):
-    """The learner (``voltbus learner``): the training loop, run as one more consumer of the log."""
-
-    run_id: str | None = None
-    """The run to start or resume (a subject token); None: a fresh ``run-<hex>``. A learner started
-    again with the same id continues after the run's last completed step."""
-    model_dir: Path | None = None
-    """The policy's starting model directory (``voltbus model init``); its weights are version 1."""
-    served_model_name: str = "policy"
-    """The model name inference servers serve the policy under (their ``served_model_name``)."""
-    gateway_url: str = "http://127.0.0.1:8766/v1"
-    """The gateway agents call; published as the policy's ``ProxyLLM`` endpoint."""
-    weights_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("voltbus")) / "weights")
-    """Where each version's weights and the optimizer state are written (a path inference servers can read)."""
-    inference_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    """Inference servers (without ``/v1``) to wait for until they serve a new version; empty: don't wait."""
-    vllm_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    """vLLM OpenAI servers (without ``/v1``, started with ``VLLM_SERVER_DEV_MODE=1``) to push each new
-    version to, with the gateway paused and drained (``voltbus.services.learner.vllm_push``); they must
-    read the version's directory under ``weights_dir``. Empty: none."""
-    vllm_timeout_s: float = Field(default=300.0, gt=0)
-    """Longest wait for a vLLM server's answer to each request of a weight push (a reload included)."""
-    drain_timeout_s: float = Field(default=60.0, gt=0)
-    """Longest wait for the gateway's calls in flight to finish before a weight push; past it the push
-    fails and the gateway is resumed unchanged."""
-    gateway_admin_key: str | None = None
-    """The gateway's ``admin_key``, sent to pause and resume it around a weight push."""
-    weights_in_bus_mb: float = Field(default=256.0, ge=0)
-    """Weights files up to this size are also stored in the bus's object store (``<ns>-weights``) and
-    referenced there (``nats-obj://``), so inference servers on other machines can load them; larger
-    ones (and all, with 0) are referenced by their path under ``weights_dir``. Checkpoints (weights,
-    optimizer state, config) up to this size go there too, so a learner resumes on any machine."""
-    steps: int = Field(default=20, ge=1)
-    """Learner steps of the run."""
-    val_tasks: Path | None = None
-    """Validation tasks (JSON Lines): run once in ``val`` mode with the starting weights before the
-    first step and with the last version after the last step; the run ends with before -> after."""
-    tasks_per_step: int = Field(default=16, ge=1)
-    """Distinct tasks per step's batch."""
-    group_size: int = Field(default=8, ge=1)
-    """Rollouts per task (the GRPO group)."""
-    lr: float = Field(default=1e-4, gt=0)
-    """AdamW learning rate (1e-3 collapses the tiny model's policy; measured)."""
-    epochs: int = Field(default=1, ge=1)
-    """Optimizer steps per batch (PPO epochs)."""
-    clip: float = Field(default=0.2, gt=0)
-    """PPO clip range."""
-    kl_coef: float = Field(default=0.0, ge=0)
-    """Weight of the KL to the starting policy; 0 skips the reference model."""
-    max_staleness: int = Field(default=1, ge=0)
-    """Rows sampled more than this many versions before the one being trained are dropped (and counted)."""
-    overlap: bool = False
-    """Async mode: enqueue the next step's batch before training on this one, so runners keep sampling
-    (with the previous version: staleness 1) while the learner trains."""
-    rollout_timeout_s: float = Field(default=600.0, gt=0)
-    """Longest wait for one step's batch to finish."""
-    attempt_unresponsive_s: float | None = Field(default=60.0, gt=0)
-    """A batch rollout's attempt silent this long (no heartbeat or span: its runner died) is ended by the
-    coordinator and the rollout retried; None: never (a dead runner's rollouts then hold the step)."""
-    max_attempts: int = Field(default=3, ge=1)
-    """Attempts per batch rollout, the first included (retried after an unresponsive or timed-out one)."""
-    time_budget_s: float | None = Field(default=None, gt=0)
-    """Stop after the step that ends past this many seconds of training (the run still ends
-    ``succeeded``, with fewer steps, and says so); None: run every step."""
-    seed: int = 0
-    """Seed of task order and of torch."""
-    backend: Literal["torch", "verl"] = "torch"
-    """The actor update: ``torch`` (the CPU model, services/learner/grpo.py) or ``verl`` (verl 0.9.1's
-    FSDP2 engine on one CUDA GPU, any Hugging Face causal LM in ``model_dir``; needs
-    ``pip install 'voltbus[gpu]'``, see docs/learning.md "The GPU path")."""
-    micro_batch_size: int = Field(default=8, ge=1)
-    """verl backend: rows per forward/backward pass on the GPU, counted in tokens (a micro-batch holds up
-    to this many times the batch's longest row); gradients accumulate over the whole batch."""
-
-    @field_validator("inference_urls", "vllm_urls", mode="before")
-    @classmethod
-    def _split_urls(cls, value: object) -> object:
-        return _url_list(value)
-
-    @model_validator(mode="after")
-    def _overlap_needs_staleness(self) -> LearnerSettings:
-        if self.overlap and self.max_staleness < 1:
-            raise ValueError("overlap samples the next batch with the previous version: it needs max_staleness >= 1")
-        return self
 
 
 class Settings(BaseSettings):

@@ -1,0 +1,18 @@
+"""Lists of URLs as the settings take them from the environment."""
+
+from __future__ import annotations
+
+import json
+
+
+def url_list(value: object) -> object:
+    """Accept a JSON list or a comma-separated string (from the environment) as well as a list.
+
+    >>> url_list("http://a, http://b"), url_list('["http://c"]'), url_list(["http://d"])
+    (['http://a', 'http://b'], ['http://c'], ['http://d'])
+    """
+    if isinstance(value, str):
+        if value.strip().startswith("["):
+            return json.loads(value)
+        return [u.strip() for u in value.split(",") if u.strip()]
+    return value

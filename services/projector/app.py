@@ -88,12 +88,16 @@ class Queries:
             raise QueryRefused("busy", f"{len(self.running)} queries are running (projector.sql_slots)") from None
         mine: set[duckdb.DuckDBPyConnection] = set()
         try:
-            call = partial(query, self.con, sql, self.limits, params, truncate, _Both(mine, self.running))
-            return await asyncio.get_running_loop().run_in_executor(self.pool, call)
-        except asyncio.CancelledError:
-            for cursor in list(mine):
-                cursor.interrupt()
-            raise
+            call = partial(query, self.con, sql, self.limits, params, truncate, _Both(mine, self.running), False)
+            running = asyncio.get_running_loop().run_in_executor(self.pool, call)
+            try:
+                return await asyncio.wait_for(asyncio.shield(running), self.limits.timeout_s)
+            except TimeoutError:
+                return await _interrupted(running, mine)
+            except asyncio.CancelledError:
+                for cursor in list(mine):
+                    cursor.interrupt()
+                raise
         finally:
             self.slots.release()
 
@@ -102,6 +106,16 @@ class Queries:
         for cursor in list(self.running):
             cursor.interrupt()
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def _interrupted(running: asyncio.Future[pa.Table], cursors: set[duckdb.DuckDBPyConnection]) -> pa.Table:
+    """What a query past its deadline ends with once interrupted (again, until it ends, in case its cursor had not
+    started yet): QueryRefused ``timeout``, or its rows if it finished meanwhile."""
+    while not running.done():
+        for cursor in list(cursors):
+            cursor.interrupt()
+        await asyncio.wait([running], timeout=0.05)
+    return running.result()
 
 
 class _Both(set[duckdb.DuckDBPyConnection]):

@@ -84,6 +84,7 @@ def query(
     params: dict[str, object] | None = None,
     truncate: bool = False,
     running: set[duckdb.DuckDBPyConnection] | None = None,
+    timer: bool = True,
 ) -> pa.Table:
     """Run a read-only query on its own cursor, in a READ ONLY transaction rolled back at the end; the last
     statement's rows.
@@ -91,15 +92,17 @@ def query(
     ``params`` bind ``$name`` placeholders. At most ``max_rows + 1`` rows are ever read: a longer result is refused
     (QueryRefused ``too_many_rows``), or with ``truncate`` cut to ``max_rows`` rows and marked in its schema metadata
     (``truncated_to``). An answer over ``max_bytes`` is refused (``too_large``); a query still running after
-    ``timeout_s`` is interrupted (``timeout``). ``running`` holds the cursor while it runs (to interrupt it)."""
+    ``timeout_s`` is interrupted (``timeout``) by a timer thread, or without ``timer`` by the caller (through
+    ``running``, which holds the cursor while it runs: a thread per query costs more than a small query)."""
     check_read_only(sql)
     cursor = con.cursor()
-    timer = threading.Timer(limits.timeout_s, cursor.interrupt)
+    deadline = threading.Timer(limits.timeout_s, cursor.interrupt) if timer else None
     if running is not None:
         running.add(cursor)
     try:
         cursor.execute("BEGIN TRANSACTION READ ONLY")
-        timer.start()
+        if deadline is not None:
+            deadline.start()
         relation = cursor.sql(sql, params=params) if params else cursor.sql(sql)
         table = _first_rows(relation, limits) if relation is not None else pa.table({})
     except duckdb.InterruptException:
@@ -109,7 +112,8 @@ def query(
     except duckdb.Error as exc:
         raise QueryRefused("sql_error", f"SQL error: {exc}") from None
     finally:
-        timer.cancel()
+        if deadline is not None:
+            deadline.cancel()
         if running is not None:
             running.discard(cursor)
         cursor.close()  # the transaction ends unapplied: nothing it did, if anything, is kept

@@ -15,7 +15,9 @@ last byte). Each case runs ``--reps`` times per side, alternating which goes fir
 ledger hold medians. ``ratio`` is gateway req/s / direct req/s; ``+p50`` / ``+p99`` are gateway minus
 direct latencies. CPU ms/req is the CPU time the gateway (and the stub) process used per request.
 
-Cases: ``gw_c<N>`` (not streamed) and ``gw_stream_c<N>`` (streamed) for N in ``--concurrency``.
+Keys: by default the gateway has a key secret and each call carries its rollout's key, as under ``voltbus up``;
+``--no-keys`` runs it open. Cases: ``gw_c<N>`` (not streamed) and ``gw_stream_c<N>`` (streamed) for N in
+``--concurrency``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from tests.benchmarks.bench_eventlog import (
 )
 from tests.benchmarks.bench_runner import proc_cpu
 from tests.services.gateway.stub_llm import StubControl, free_port, stub_app
+from voltbus.services.keys import rollout_key
 from voltbus.services.natsserver import NatsServer
 from voltbus.services.settings import BusSettings, NatsSettings
 from voltbus.store import connect
@@ -71,6 +74,9 @@ class Options:
     pin: bool = False
     """Give the gateway and nats-server a core of their own (the last one), the load generator and the stub
     the others: the gateway as deployed (a service beside the agents), not competing with the load."""
+    keys: bool = True
+    """Run the gateway as ``voltbus up`` and compose do, with a key secret: every call carries its rollout's key
+    (``--no-keys``: an open gateway, as before issue 24)."""
 
 
 @dataclass
@@ -293,6 +299,10 @@ async def recorded(nats: NatsSettings, want: int, timeout: float = 20.0) -> int:
         await nc.drain()
 
 
+SECRET = "bench-key-secret"
+"""The gateway's key secret when ``Options.keys``."""
+
+
 async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = print) -> list[GwFigure]:
     """Start server, stub and gateway, run the cases, print the table, append to the ledger."""
     bus = BusSettings(data_dir=data_dir / "nats", port=0, monitor_port=0)
@@ -320,7 +330,8 @@ async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = pr
                 "VOLTBUS_NATS__URL": nats.url,
                 "VOLTBUS_NATS__NAMESPACE": nats.namespace,
                 "VOLTBUS_LOG_LEVEL": "WARNING",
-            },
+            }
+            | ({"VOLTBUS_GATEWAY__KEY_SECRET": SECRET} if options.keys else {}),
             gw_log,
         )
         procs.append(gw)
@@ -337,7 +348,8 @@ async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = pr
         )
         top = max(options.concurrency)
         async with contextlib.AsyncExitStack() as clients:
-            http = [await clients.enter_async_context(httpx.AsyncClient(timeout=30.0)) for _ in range(top)]
+            key = {"Authorization": f"Bearer {rollout_key(SECRET, rollout.rollout_id)}"} if options.keys else None
+            http = [await clients.enter_async_context(httpx.AsyncClient(timeout=30.0, headers=key)) for _ in range(top)]
             gw_calls = 0
             for stream in (False, True):  # warm-up: connections, first stream writes, imports
                 for url in (t.direct, t.gateway):
@@ -381,6 +393,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Options, int | None]:
     p.add_argument("--no-csv", action="store_true", help="do not append to the ledger")
     p.add_argument("--profile", type=Path, help="run the gateway under cProfile, stats to this file")
     p.add_argument("--pin", action="store_true", help="gateway and nats-server on a core of their own")
+    p.add_argument("--no-keys", action="store_true", help="an open gateway (no key secret), as before issue 24")
     p.add_argument("--serve-stub", type=int, metavar="PORT", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     stream = {"both": [False, True], "plain": [False], "stream": [True]}[a.mode]
@@ -394,6 +407,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Options, int | None]:
         csv=None if a.no_csv else a.csv,
         profile=a.profile,
         pin=a.pin,
+        keys=not a.no_keys,
     )
     return opts, a.serve_stub
 

@@ -44,9 +44,8 @@ async def main(label: str, n: int = 400, warmup: int = 50) -> None:
         finally:
             projector.close()
     ordered = sorted(seconds[warmup:])
-    print(
-        f"{label}: p50 {ordered[len(ordered) // 2] * 1000:.2f} ms, p99 {ordered[int(len(ordered) * 0.99)] * 1000:.2f} ms"
-    )
+    p50, p99 = ordered[len(ordered) // 2] * 1000, ordered[int(len(ordered) * 0.99)] * 1000
+    print(f"{label}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
 
 
 if __name__ == "__main__":

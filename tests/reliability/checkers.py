@@ -23,7 +23,7 @@ from voltbus.schemas.rollouts import (
     RolloutRequeued,
     RolloutUpdated,
 )
-from voltbus.schemas.spans import RewardReported
+from voltbus.schemas.spans import RewardReported, SpanBatch, items_of
 from voltbus.services.eventlog import BadEvent, Envelope, EventLog
 from voltbus.services.lifecycle import decider
 from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
@@ -41,8 +41,15 @@ async def stored_control(log: EventLog) -> list[Envelope | BadEvent]:
 
 
 async def stored_spans(log: EventLog) -> list[Envelope | BadEvent]:
-    """Every message of the spans stream (spans, model calls, rewards), in order."""
-    return [item async for item in log.replay("spans")]
+    """Every event of the spans stream (spans, model calls, rewards), in order: a batch (a runner's flush,
+    one message) as its events, each with the batch's sequence."""
+    found: list[Envelope | BadEvent] = []
+    async for item in log.replay("spans"):
+        if isinstance(item, Envelope) and isinstance(item.event, SpanBatch):
+            found += [msgspec.structs.replace(item, event=e) for e in items_of(item.event)]
+        else:
+            found.append(item)
+    return found
 
 
 def event_ids(stored: Stored) -> list[str]:

@@ -242,7 +242,11 @@ async def test_kill9_of_every_service_during_a_training_run(tmp_path: Path) -> N
         held_at_kill=len(held),
         held_not_settled=len(unsettled),
         inference_version=health.get("weight_version"),
-        failed_rollouts=sum(1 for h in checkers.histories(stored).values() if checkers.fold(h).status == "failed"),
+        failed_rollouts=[
+            f"{state.rollout_id}: {len(state.attempts)} attempts, {state.reason}"[:200]
+            for state in (checkers.fold(h) for h in checkers.histories(stored).values())
+            if state.status == "failed"
+        ],
     )
     assert not lost and not duplicated, (lost, duplicated)
     assert not phantom, phantom

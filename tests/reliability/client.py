@@ -13,10 +13,14 @@ from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.services.eventlog import EventLog
 from voltbus.services.lifecycle import decider
 
+from .checkers import encode_command
 from .oplog import OpLog
 
 RETRYING = RolloutConfig(
-    timeout_seconds=60, unresponsive_seconds=3, max_attempts=5, retry_condition=["failed", "timeout", "unresponsive"]
+    timeout_seconds=60.0,
+    unresponsive_seconds=3.0,
+    max_attempts=5,
+    retry_condition=["failed", "timeout", "unresponsive"],
 )
 """Client rollouts survive a killed runner: its silent attempt is retried."""
 
@@ -41,7 +45,8 @@ class Client:
         self.unknown: list[QueueRollout] = []
 
     async def queue(self, cmd: QueueRollout, process: str) -> None:
-        with self.oplog.record(process, "queue", rollout_id=cmd.rollout_id, event_id=event_id(cmd)) as op:
+        args = {"rollout_id": cmd.rollout_id, "event_id": event_id(cmd), "command": encode_command(cmd)}
+        with self.oplog.record(process, "queue", **args) as op:
             async with asyncio.timeout(10):
                 done = await self.log.transact(decider, cmd.rollout_id, cmd)
             op.result = done.seq
@@ -68,3 +73,42 @@ class Client:
         pending, self.unknown = self.unknown, []
         for cmd in pending:
             await self.queue(cmd, f"{self.name}-retry")
+
+
+class Telemetry:
+    """Publishes a span, a model call and a reward at a steady pace, as a runner does (its role), recording
+    each publish with its event ids; afterwards it settles the unknown ones by publishing them again."""
+
+    def __init__(self, log: EventLog, oplog: OpLog, name: str = "telemetry") -> None:
+        self.log, self.oplog, self.name = log, oplog, name
+        self.acked: set[str] = set()
+        self.unknown: list[list[object]] = []
+
+    async def publish(self, events: list[object], process: str) -> None:
+        ids = [e.event_id for e in events]  # type: ignore[attr-defined]
+        with self.oplog.record(process, "publish_spans", event_ids=ids) as op:
+            async with asyncio.timeout(10):
+                await self.log.publish_spans(events)  # type: ignore[arg-type]
+        if op.outcome == "ok":
+            self.acked |= set(ids)
+        elif op.outcome == "unknown":
+            self.unknown.append(events)
+
+    async def run(self, stop: asyncio.Event, every_s: float = 0.5) -> None:
+        from tests.projections.workload import telemetry
+
+        i = 0
+        while not stop.is_set():
+            began = time.monotonic()
+            await self.publish(telemetry(f"{self.name}-{i % 10}", "a1", i), self.name)  # type: ignore[arg-type]
+            i += 1
+            try:  # a steady pace: the client's own clock, not synchronization
+                await asyncio.wait_for(stop.wait(), max(0.0, every_s - (time.monotonic() - began)))
+            except TimeoutError:
+                pass
+
+    async def settle(self) -> None:
+        """Publish every batch whose outcome was unknown again (the same ids: stored at most once)."""
+        pending, self.unknown = self.unknown, []
+        for events in pending:
+            await self.publish(events, f"{self.name}-retry")

@@ -18,12 +18,13 @@ from typing import Any
 
 import nats.errors
 
-from voltbus.schemas.errors import ConcurrencyConflict, InvalidCommand, PublishFailed
+from voltbus.schemas.errors import ConcurrencyConflict, InvalidCommand, PermissionDenied, PublishFailed
 
 OUTCOMES = ("ok", "fail", "unknown")
 
-FAILED = (InvalidCommand, ConcurrencyConflict)
-"""Errors that prove an operation did not happen (refused by the decider or by the server's OCC)."""
+FAILED = (InvalidCommand, ConcurrencyConflict, PermissionDenied)
+"""Errors that prove an operation did not happen (refused by the decider, by the server's OCC, or by the
+bus's permissions): the checker ``failed_but_stored`` holds the system to it."""
 AMBIGUOUS = (TimeoutError, PublishFailed, nats.errors.Error, OSError)
 """Errors after which the operation may or may not have been stored."""
 

@@ -1,8 +1,9 @@
 """A small training system of real processes for fault tests: the embedded nats-server and every
 service as its own `voltbus <service>` subprocess, on loopback ports, each killable and restartable.
 
-Every process is started by the test (its own process group) and stopped by it; logs go to one
-file per service under the test's directory.
+Secure by default, as ``voltbus up`` runs it: the bus requires a user per role, the gateway checks
+per-rollout agent keys and an admin key, the projector's SQL needs its token. Every process is started
+by the test (its own process group) and stopped by it; logs go to one file per service.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from pathlib import Path
 import httpx
 
 from tests.conftest import wait_until
+from voltbus.schemas.subjects import Topology
+from voltbus.services.credentials import ensure_credentials
+from voltbus.services.natsauth import read_credentials
 from voltbus.services.natsserver import NatsServer
 from voltbus.services.serving import free_port
 from voltbus.services.settings import BusSettings, NatsSettings
@@ -94,17 +98,50 @@ class System:
     extra_env: dict[str, str] = field(default_factory=dict)
     url: str | None = None
     """Where clients connect, when not straight to the server (a proxy the test can cut)."""
-    """Settings every process gets (VOLTBUS_*), the test's own clients included via ``nats``."""
+
+    @property
+    def auth(self) -> Path:
+        """The credentials of every role (``voltbus up``'s auth directory)."""
+        return self.work / "auth"
 
     def start_bus(self) -> NatsServer:
-        """The embedded nats-server on a free port, its store in ``work/nats`` (fsync always)."""
-        self.server = NatsServer(BusSettings(data_dir=self.work / "nats", port=0, monitor_port=0), 1024 * 1024)
+        """The embedded nats-server on a free port, its store in ``work/nats`` (fsync always), requiring
+        the users that ``ensure_credentials`` made (bcrypt cost 4: quick connects) with their permissions."""
+        ensure_credentials(self.auth, Topology(namespace=self.namespace), rounds=4)
+        bus = BusSettings(data_dir=self.work / "nats", port=0, monitor_port=0, auth_dir=self.auth)
+        self.server = NatsServer(bus, 1024 * 1024)
         return self.server.start()
+
+    def secrets(self, role: str) -> dict[str, str]:
+        """The variables of one role's env file (bus user and password, keys, the SQL token)."""
+        return read_credentials(self.auth, role)
+
+    def client(self, role: str = "admin") -> NatsSettings:
+        """Settings of a test client connecting as ``role`` (the role it plays, or admin to check), with the
+        bus settings every process gets (``extra_env``'s ``VOLTBUS_NATS__*``)."""
+        assert self.server is not None
+        env, prefix = self.secrets(role), "VOLTBUS_NATS__"
+        shared = {k.removeprefix(prefix).lower(): v for k, v in self.extra_env.items() if k.startswith(prefix)}
+        return NatsSettings.model_validate(
+            shared
+            | {
+                "url": self.url or self.server.url,
+                "namespace": self.namespace,
+                "request_timeout_s": 2.0,
+                "user": env[f"{prefix}USER"],
+                "password": env[f"{prefix}PASSWORD"],
+            }
+        )
 
     @property
     def nats(self) -> NatsSettings:
-        assert self.server is not None
-        return NatsSettings(url=self.url or self.server.url, namespace=self.namespace, request_timeout_s=2.0)
+        """The admin's client settings."""
+        return self.client("admin")
+
+    @property
+    def token(self) -> str:
+        """The projector's SQL token."""
+        return self.secrets("admin")["VOLTBUS_PROJECTOR__TOKEN"]
 
     def base_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("VOLTBUS_")}
@@ -123,8 +160,13 @@ class System:
     def port(self, name: str) -> int:
         return self.ports.setdefault(name, free_port())
 
-    def add(self, name: str, args: list[str], env: dict[str, str] | None = None, health: str | None = None) -> Service:
-        service = Service(name, [VOLTBUS, *args], self.base_env() | (env or {}), self.work / f"{name}.log", health)
+    def add(
+        self, name: str, args: list[str], env: dict[str, str] | None = None, health: str | None = None, role: str = ""
+    ) -> Service:
+        """A service running as ``role`` (default: its name without digits), from that role's env file."""
+        creds = {"VOLTBUS_CREDENTIALS_FILE": str(self.auth / f"{role or name.rstrip('0123456789')}.env")}
+        env = self.base_env() | (env or {}) | creds
+        service = Service(name, [VOLTBUS, *args], env, self.work / f"{name}.log", health)
         self.services[name] = service
         return service
 
@@ -151,10 +193,10 @@ class System:
             self.server.stop()
 
 
-def training_system(work: Path, run_id: str, steps: int, runners: int = 2) -> System:
-    """Coordinator, projector, CPU inference (following versions), gateway, runners and a learner of
-    the arith_rl example: a small GRPO run (``steps`` steps of 2 tasks x 3 rollouts)."""
-    s = System(work)
+def training_system(work: Path, run_id: str, steps: int, runners: int = 2, env: dict[str, str] | None = None) -> System:
+    """Coordinator, projector, CPU inference (following versions), gateway, runners, a learner and the
+    dashboard of the arith_rl example: a small GRPO run (``steps`` steps of 2 tasks x 3 rollouts)."""
+    s = System(work, extra_env=env or {})
     s.start_bus()
     inference, gateway, projector = s.port("inference"), s.port("gateway"), s.port("projector")
     s.add("coordinator", ["coordinator"], {"VOLTBUS_COORDINATOR__TICK_S": "0.2"})
@@ -183,6 +225,12 @@ def training_system(work: Path, run_id: str, steps: int, runners: int = 2) -> Sy
             {"VOLTBUS_RUNNER__WORKER_PREFIX": f"r{i}", "VOLTBUS_RUNNER__HEARTBEAT_S": "0.5",
              "VOLTBUS_RUNNER__CLAIM_WAIT_S": "0.2"},
         )  # fmt: skip
+    dashboard = s.port("dashboard")
+    s.add(
+        "dashboard",
+        ["dashboard", "--port", str(dashboard)],
+        health=f"http://127.0.0.1:{dashboard}/api/overview",  # it answers only with the projector's data
+    )
     s.add(
         "learner",
         ["learner", "--tasks", str(EXAMPLE / "tasks.jsonl"), "--model", str(EXAMPLE / "model"),
@@ -206,8 +254,10 @@ async def sql(system: System, text: str, min_seq: dict[str, int] | None = None) 
     import pyarrow as pa
 
     body = {"sql": text, "min_seq": min_seq or {}, "timeout": 60}
+    token = {"Authorization": f"Bearer {system.token}"}
     async with httpx.AsyncClient() as http:
-        response = await http.post(f"http://127.0.0.1:{system.port('projector')}/sql", json=body, timeout=90)
+        url = f"http://127.0.0.1:{system.port('projector')}/sql"
+        response = await http.post(url, json=body, headers=token, timeout=90)
     assert response.status_code == 200, response.text
     return pa.ipc.open_stream(response.content).read_all().to_pylist()
 

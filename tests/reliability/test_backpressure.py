@@ -41,6 +41,15 @@ def telemetry(i: int) -> list[object]:
     return triple(f"burst-{i % 50}", "a1", i)  # type: ignore[return-value]
 
 
+SPAN_TABLES = ("spans", "model_calls", "rewards")
+"""Where the projector puts each kind of telemetry event (one row per event id)."""
+
+
+def burst_ids(count: int) -> set[str]:
+    """The event ids of telemetry triples 0..count-1 (ids are deterministic)."""
+    return {e.event_id for i in range(count) for e in telemetry(i)}  # type: ignore[attr-defined]
+
+
 def _burst(event: object) -> bool:
     return str(getattr(event, "rollout_id", "")).startswith("burst-")
 
@@ -75,8 +84,9 @@ async def test_a_burst_over_projector_capacity_stays_bounded_and_catches_up(tmp_
     try:
         for name in ("projector", "coordinator", "runner1"):
             await asyncio.to_thread(system.start, name)
-        log = await EventLog.connect(system.nats, name="burster")
-        await Store(log).add_resources({"prompt": PromptTemplate(template="{id}", engine="f-string")})
+        learner = await EventLog.connect(system.client("learner"), name="queuer")
+        log = await EventLog.connect(system.client("runner"), name="burster")  # spans: the runner's to write
+        await Store(learner).add_resources({"prompt": PromptTemplate(template="{id}", engine="f-string")})
         await publish(log, 0, WARMUP)
         rate = 3 * WARMUP / await caught_up(system, log, 120)  # events per second the projector applies
         burst = min(int(10 * rate / 3), BURST_CAP)  # triples: ten seconds of projector work, at once
@@ -87,7 +97,7 @@ async def test_a_burst_over_projector_capacity_stays_bounded_and_catches_up(tmp_
         with Sampler(pids) as memory:
             began = time.monotonic()
             for rid in slow:
-                await queue(log, oplog, rid, sleep=0.5)
+                await queue(learner, oplog, rid, sleep=0.5)
             projector.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]  # capacity 0 during the burst
             try:
                 await publish(log, WARMUP, burst)
@@ -103,16 +113,21 @@ async def test_a_burst_over_projector_capacity_stays_bounded_and_catches_up(tmp_
             await caught_up(system, log, 30)
             lags.append(time.monotonic() - t0)
         stored = await checkers.stored_control(log)
-        spans = len([e async for e in log.replay("spans") if _burst(getattr(e, "event", None))])
+        spans = [e for e in await checkers.stored_spans(log) if _burst(getattr(e, "event", None))]
+        await learner.close()
         await log.close()
+        system.services["projector"].stop()  # its file, read below
+        projected = checkers.projected_ids(tmp_path / "projection.duckdb", SPAN_TABLES)
     finally:
         system.stop()
     growth = memory.growth()
+    acked = burst_ids(WARMUP + burst + 5)  # every publish returned: all acknowledged
+    in_log, in_projection = checkers.once_each(acked, spans), checkers.once_each(acked, projected, "the projection")
     record(
         "backpressure (span burst 10x projector rate, slow runner)",
         runs=1,
         operations=3 * (WARMUP + burst + 5) + len(slow),
-        lost=3 * (WARMUP + burst + 5) - spans,
+        lost=len(checkers.lost(acked, spans)),
         duplicated=len(checkers.duplicated(stored)),
         recovered_s=catch_up,
         projector_rate=round(rate),
@@ -121,8 +136,11 @@ async def test_a_burst_over_projector_capacity_stays_bounded_and_catches_up(tmp_
         lag_max_s=round(max(lags), 3),
         rss_growth_mib=growth,
         rss_peak_mib={k: round(v) for k, v in memory.peak.items()},
+        not_once_in_log=len(in_log),
+        not_once_in_projection=len(in_projection),
     )
-    assert spans == 3 * (WARMUP + burst + 5)  # every span stored once (dedup by event id)
+    assert not in_log, in_log[:5]  # every acknowledged span, model call and reward stored once, by id
+    assert not in_projection, in_projection[:5]  # and projected once
     assert max(lags) < 1.0, lags
     assert not checkers.not_terminal(stored, slow)
     assert all(g < GROWTH_LIMIT_MIB for g in growth.values()), growth
@@ -132,11 +150,11 @@ async def test_a_burst_over_projector_capacity_stays_bounded_and_catches_up(tmp_
 async def test_a_full_stream_refuses_with_an_error_and_keeps_what_it_acknowledged(tmp_path: Path) -> None:
     system = System(tmp_path)
     system.start_bus()
-    settings = system.nats.model_copy(
+    settings = system.client("runner").model_copy(
         update={"spans_max_bytes": 1_000_000, "publish_retries": 1, "request_timeout_s": 1.0}
     )
     log = await EventLog.connect(settings, name="filler")
-    acked, error = 0, None
+    acked, error, acked_ids = 0, None, set()
     try:
         for chunk in range(100):
             try:
@@ -145,7 +163,9 @@ async def test_a_full_stream_refuses_with_an_error_and_keeps_what_it_acknowledge
                 error = exc
                 break
             acked += 3 * 200
+            acked_ids |= {e.event_id for i in range(chunk * 200, chunk * 200 + 200) for e in telemetry(i)}  # type: ignore[attr-defined]
         stored = await log.feed("spans").last_seq()
+        held = await checkers.stored_spans(log)
         more = None
         try:  # still full: a later publisher is refused too, not silently dropped
             await publish(log, 10**6, 1)
@@ -154,8 +174,11 @@ async def test_a_full_stream_refuses_with_an_error_and_keeps_what_it_acknowledge
     finally:
         await log.close()
         system.stop()
-    record("stream full (max_bytes, discard new)", runs=1, operations=acked + 600, lost=max(0, acked - stored),
-           duplicated=0, recovered_s=None, acked=acked, stored=stored)  # fmt: skip
+    not_once = checkers.once_each(acked_ids, held)
+    record("stream full (max_bytes, discard new)", runs=1, operations=acked + 600,
+           lost=len(checkers.lost(acked_ids, held)), duplicated=len(checkers.duplicated(held)), recovered_s=None,
+           acked=acked, stored=stored, not_once=len(not_once))  # fmt: skip
     assert error is not None and more is not None, "the stream never refused"
+    assert len(acked_ids) == acked and not not_once, not_once[:5]  # each acknowledged event stored once, by id
     assert "unacknowledged" in str(error)
     assert acked <= stored < acked + 600  # everything acknowledged is kept; of the refused chunk, a part

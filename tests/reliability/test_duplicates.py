@@ -12,14 +12,12 @@ import pytest
 
 from voltbus.services.eventlog import EventLog, connect
 from voltbus.services.lifecycle import decider
-from voltbus.services.natsserver import NatsServer
-from voltbus.services.settings import NatsSettings
 
 from . import checkers
 from .client import event_id, queue_command
 from .oplog import OpLog, count, read
 from .results import record
-from .system import ROOT
+from .system import ROOT, System
 from .writer import apply, dup_dispatches, retry, retry_commands
 
 N = 40
@@ -31,6 +29,8 @@ async def queue_all(log: EventLog, oplog: OpLog, name: str, n: int) -> None:
 
 
 def result(fault: str, ops: list[dict[str, object]], stored: checkers.Stored, acked: set[str]) -> None:
+    """The result row; and no operation reported failed is in the log."""
+    phantom = checkers.failed_but_stored(ops, stored)  # type: ignore[arg-type]
     record(
         fault,
         runs=1,
@@ -38,7 +38,10 @@ def result(fault: str, ops: list[dict[str, object]], stored: checkers.Stored, ac
         lost=len(checkers.lost(acked, stored)),
         duplicated=len(checkers.duplicated(stored)),
         recovered_s=None,
+        failed=count(ops, "fail"),
+        failed_but_stored=len(phantom),
     )
+    assert not phantom, phantom
 
 
 def acked_ids(ops: list[dict[str, object]]) -> set[str]:
@@ -46,11 +49,9 @@ def acked_ids(ops: list[dict[str, object]]) -> set[str]:
 
 
 @pytest.mark.timeout(120)
-async def test_same_commands_from_two_processes_make_one_transition_each(
-    nats_server: NatsServer, namespace: str, tmp_path: Path
-) -> None:
-    settings = NatsSettings(url=nats_server.url, namespace=namespace)
-    log = await EventLog.connect(settings)
+async def test_same_commands_from_two_processes_make_one_transition_each(bus: System, tmp_path: Path) -> None:
+    assert bus.server is not None
+    log = await EventLog.connect(bus.client("learner"))
     oplog = OpLog(tmp_path / "ops.jsonl")
     await queue_all(log, oplog, "dup", N)
     writers = [
@@ -59,8 +60,9 @@ async def test_same_commands_from_two_processes_make_one_transition_each(
                 sys.executable,
                 "-m",
                 "tests.reliability.writer",
-                nats_server.url,
-                namespace,
+                bus.server.url,
+                bus.namespace,
+                str(bus.auth / "runner.env"),
                 str(tmp_path / f"w{w}.jsonl"),
                 f"w{w}",
                 "retry",
@@ -84,12 +86,10 @@ async def test_same_commands_from_two_processes_make_one_transition_each(
 
 
 @pytest.mark.timeout(120)
-async def test_client_timeouts_settle_to_one_transition_each(
-    nats_server: NatsServer, namespace: str, tmp_path: Path
-) -> None:
+async def test_client_timeouts_settle_to_one_transition_each(bus: System, tmp_path: Path) -> None:
     """Acks that take longer than the client waits: outcomes unknown, then retried with the same ids."""
     oplog = OpLog(tmp_path / "ops.jsonl")
-    patient = NatsSettings(url=nats_server.url, namespace=namespace)
+    patient = bus.client("learner")
     log = await EventLog.connect(patient)  # creates the streams
     hasty = EventLog(
         await connect(patient), patient.model_copy(update={"request_timeout_s": 0.0001, "publish_retries": 0})
@@ -115,12 +115,10 @@ async def test_client_timeouts_settle_to_one_transition_each(
 
 
 @pytest.mark.timeout(120)
-async def test_retries_after_the_dedup_window_make_no_second_transition(
-    nats_server: NatsServer, namespace: str, tmp_path: Path
-) -> None:
+async def test_retries_after_the_dedup_window_make_no_second_transition(bus: System, tmp_path: Path) -> None:
     """Past the window the server no longer knows the message id: the decider and OCC must catch the retry."""
     window = 0.5
-    log = await EventLog.connect(NatsSettings(url=nats_server.url, namespace=namespace, dedup_window_s=window))
+    log = await EventLog.connect(bus.client("runner").model_copy(update={"dedup_window_s": window}))
     oplog = OpLog(tmp_path / "ops.jsonl")
     await queue_all(log, oplog, "dup", N)
     claims = retry_commands(dup_dispatches(N))

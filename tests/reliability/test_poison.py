@@ -14,8 +14,9 @@ import pytest
 
 from tests.conftest import wait_for
 from voltbus.schemas.commands import CancelRollout, QueueRollout, StartRollout
-from voltbus.schemas.resources import PromptTemplate
+from voltbus.schemas.resources import PromptTemplate, ResourcesPublished
 from voltbus.schemas.rollouts import AttemptSucceeded
+from voltbus.schemas.training import RunStarted
 from voltbus.services.eventlog import EventLog
 from voltbus.services.lifecycle import decider
 from voltbus.store import Store
@@ -23,7 +24,7 @@ from voltbus.store import Store
 from . import checkers
 from .oplog import OpLog, read
 from .results import record
-from .system import bus_system, sql
+from .system import System, bus_system, sql
 from .writer import apply
 
 GOOD = 10
@@ -43,6 +44,22 @@ async def start_elsewhere(log: EventLog, oplog: OpLog, rollout_id: str) -> None:
     """A rollout that is not in the dispatch queue (started directly by some worker)."""
     cmd = StartRollout(rollout_id=rollout_id, attempt_id="a1", input=task(rollout_id), worker_id="ghost", at=1.0)
     await apply(log, oplog, "client", cmd)
+
+
+async def forge(system: System, oplog: OpLog) -> None:
+    """Events outside the role's permissions, sent as a runner would (agent code holding its user): a
+    training-run event and a resources version. The bus refuses both: ``fail``, and they must be absent."""
+    forger = await EventLog.connect(system.client("runner"), name="forger")
+    run = RunStarted(event_id="forged-run", run_id="forged", algorithm="grpo", config={}, at=1.0)
+    version = ResourcesPublished(
+        event_id="forged-res", name="main", resources_id="forged", version=99, resources={}, created_at=1.0
+    )
+    try:
+        for event in (run, version):
+            with oplog.record("forger", "append", what=type(event).__name__, event_ids=[event.event_id]):
+                await forger.append([event])
+    finally:
+        await forger.close()
 
 
 async def inject(log: EventLog, oplog: OpLog) -> dict[str, int]:
@@ -83,15 +100,16 @@ async def test_poison_is_parked_with_its_reason_and_blocks_no_consumer(tmp_path:
     try:
         for name in ("projector", "coordinator", "runner1"):
             await asyncio.to_thread(system.start, name)
-        settings = system.nats.model_copy(update={"dispatch_max_deliver": MAX_DELIVER, "dispatch_ack_wait_s": 2.0})
-        log = await EventLog.connect(settings, name="poisoner")
+        settings = {"dispatch_max_deliver": MAX_DELIVER, "dispatch_ack_wait_s": 2.0}
+        log = await EventLog.connect(system.client("learner").model_copy(update=settings), name="poisoner")
         await Store(log).add_resources({"prompt": PromptTemplate(template="{id}", engine="f-string")})
         seqs = await inject(log, oplog)
+        await forge(system, oplog)
         good = [f"good-{i}" for i in range(GOOD)]
         for rid in good:
             await queue(log, oplog, rid)
         recovered = await until_terminal(log, [*good, "poison-throw", "poison-q"], 90)
-        stored = await checkers.stored_control(log)
+        stored = await checkers.stored_control(log) + await checkers.stored_spans(log)
         ends = {s: await log.feed(s).last_seq() for s in ("control", "spans")}
         quarantined = await sql(system, "SELECT stream, seq, reason FROM quarantine ORDER BY seq", ends)
         rollouts = await sql(system, "SELECT rollout_id, status, reason FROM rollouts ORDER BY rollout_id", ends)
@@ -109,7 +127,10 @@ async def test_poison_is_parked_with_its_reason_and_blocks_no_consumer(tmp_path:
         duplicated=len(checkers.duplicated(stored)),
         recovered_s=recovered,
         quarantined=len(quarantined),
+        failed_but_stored=len(checkers.failed_but_stored(ops, stored)),
     )
+    assert [o["outcome"] for o in ops if o["process"] == "forger"] == ["fail", "fail"]  # refused: PermissionDenied
+    assert not checkers.failed_but_stored(ops, stored)  # the forged events and every refused command are absent
     assert [(q["stream"], q["seq"]) for q in quarantined] == [
         ("control", seqs["undecodable"]),
         ("control", seqs["unknown type"]),

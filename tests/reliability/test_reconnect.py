@@ -56,7 +56,7 @@ async def test_consumers_recover_from_dropped_connections_and_server_restarts(tm
     try:
         for name in SERVICES:
             await asyncio.to_thread(system.start, name)
-        log = await EventLog.connect(system.nats, name="reliability-client")
+        log = await EventLog.connect(system.client("learner"), name="reliability-client")
         await Store(log).add_resources({"prompt": PromptTemplate(template="{id}", engine="f-string")})
         client, stop = Client(log, oplog), asyncio.Event()
         writing = asyncio.create_task(client.run(stop, every_s=0.2))
@@ -80,6 +80,7 @@ async def test_consumers_recover_from_dropped_connections_and_server_restarts(tm
     ops = read(tmp_path / "ops.jsonl")
     lost, duplicated = checkers.lost(client.acked, stored), checkers.duplicated(stored)
     open_, invalid = checkers.not_terminal(stored, sent), checkers.invalid_paths(stored)
+    phantom = checkers.failed_but_stored(ops, stored)
     ended = {rid: checkers.fold(h).status for rid, h in checkers.histories(stored).items()}
     record(
         "connection drops and nats-server restarts under load",
@@ -92,8 +93,9 @@ async def test_consumers_recover_from_dropped_connections_and_server_restarts(tm
         unknown=count(ops, "unknown"),
         rollouts=len(sent),
         failed=sum(1 for rid in sent if ended.get(rid) != "succeeded"),
+        failed_but_stored=len(phantom),
     )
-    assert not lost and not duplicated and not invalid, (lost, duplicated, invalid)
+    assert not lost and not duplicated and not invalid and not phantom, (lost, duplicated, invalid, phantom)
     assert not open_, f"{len(open_)} rollouts not terminal: {open_[:5]}"
     assert all(ended[rid] == "succeeded" for rid in sent), {r: ended[r] for r in sent if ended[r] != "succeeded"}
     assert not differences, differences

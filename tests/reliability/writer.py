@@ -1,9 +1,10 @@
 """Writer processes for the duplicate and race tests: each runs commands through ``EventLog.transact``
 and records every outcome in its own op log.
 
-``python -m tests.reliability.writer URL NAMESPACE OPLOG PROCESS MODE SEED N`` runs one writer as a
-separate process: MODE ``retry`` sends the same N claim commands as every other retry writer (the
-same command ids), MODE ``race`` races random conflicting transitions on rollouts ``race-0..N-1``.
+``python -m tests.reliability.writer URL NAMESPACE CREDENTIALS OPLOG PROCESS MODE SEED N`` runs one writer
+as a separate process, connected as the role whose env file CREDENTIALS names: MODE ``retry`` sends the
+same N claim commands as every other retry writer (the same command ids), MODE ``race`` races random
+conflicting transitions on rollouts ``race-0..N-1``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from voltbus.schemas.commands import (
 )
 from voltbus.services.eventlog import EventLog
 from voltbus.services.lifecycle import decider
+from voltbus.services.natsauth import read_credentials
 from voltbus.services.settings import NatsSettings
 
+from .checkers import encode_command
 from .client import event_id, queue_command
 from .oplog import OpLog
 
@@ -32,9 +35,8 @@ from .oplog import OpLog
 async def apply(log: EventLog, oplog: OpLog, process: str, cmd: RolloutCommand) -> list[str]:
     """One command through transact, recorded; the ids of the events it appended."""
     appended: list[str] = []
-    with oplog.record(
-        process, type(cmd).__name__, rollout_id=cmd.rollout_id, attempt=getattr(cmd, "attempt_id", None)
-    ) as op:
+    attempt, command = getattr(cmd, "attempt_id", None), encode_command(cmd)
+    with oplog.record(process, type(cmd).__name__, rollout_id=cmd.rollout_id, attempt=attempt, command=command) as op:
         async with asyncio.timeout(10):
             done = await log.transact(decider, cmd.rollout_id, cmd)
         appended = [e.event_id for e in done.events]
@@ -74,9 +76,10 @@ async def retry(log: EventLog, oplog: OpLog, process: str, commands: list[ClaimR
 async def race(log: EventLog, oplog: OpLog, process: str, rollout_ids: list[str], seed: int) -> None:
     """Random conflicting transitions, in a random order, on every rollout."""
     rng = random.Random(seed)
-    for n in range(4 * len(rollout_ids)):
+    for i in range(4 * len(rollout_ids)):
+        n = i + (seed % 100) / 10  # the writer in the time: no two writers send the same command
         rid = rng.choice(rollout_ids)
-        attempt = f"{process}-{n}"
+        attempt = f"{process}-{i}"
         kind = rng.choice(["claim", "claim", "run", "succeed", "fail", "cancel", "expire"])
         state, _ = await log.load(decider, rid)
         latest = state.latest.attempt_id if state.latest else attempt
@@ -95,8 +98,17 @@ async def race(log: EventLog, oplog: OpLog, process: str, rollout_ids: list[str]
         await apply(log, oplog, process, cmd)  # a refused command is recorded as failed, and the writer goes on
 
 
-async def main(url: str, namespace: str, oplog_path: str, process: str, mode: str, seed: int, n: int) -> None:
-    log = await EventLog.connect(NatsSettings(url=url, namespace=namespace, request_timeout_s=2.0), name=process)
+def role_settings(url: str, namespace: str, credentials: Path) -> NatsSettings:
+    """Client settings of the role whose env file is ``credentials``."""
+    env = read_credentials(credentials.parent, credentials.stem)
+    user, password = env["VOLTBUS_NATS__USER"], env["VOLTBUS_NATS__PASSWORD"]
+    return NatsSettings(url=url, namespace=namespace, request_timeout_s=2.0, user=user, password=password)
+
+
+async def main(
+    url: str, namespace: str, creds: str, oplog_path: str, process: str, mode: str, seed: int, n: int
+) -> None:
+    log = await EventLog.connect(role_settings(url, namespace, Path(creds)), name=process)
     oplog = OpLog(Path(oplog_path))
     try:
         if mode == "retry":
@@ -109,5 +121,5 @@ async def main(url: str, namespace: str, oplog_path: str, process: str, mode: st
 
 
 if __name__ == "__main__":
-    url, ns, path, proc, mode, seed, n = sys.argv[1:8]
-    asyncio.run(main(url, ns, path, proc, mode, int(seed), int(n)))
+    url, ns, creds, path, proc, mode, seed, n = sys.argv[1:9]
+    asyncio.run(main(url, ns, creds, path, proc, mode, int(seed), int(n)))

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Annotated, Any
 
 import duckdb
+import msgspec
 import pyarrow as pa
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -134,6 +137,53 @@ class _Both(set[duckdb.DuckDBPyConnection]):
             each.discard(cursor)
 
 
+class SqlRequest(msgspec.Struct, kw_only=True):
+    """The body of ``POST /sql``."""
+
+    sql: str
+    params: dict[str, Any] | None = None
+    min_seq: dict[str, Annotated[int, msgspec.Meta(ge=0)]] = msgspec.field(default_factory=dict)
+    timeout: Annotated[float, msgspec.Meta(ge=0, le=60)] = 10.0
+    """Longest wait for ``min_seq`` (seconds)."""
+    truncate: bool = False
+
+
+MAX_BODY = 1 << 20
+"""Most bytes of a query's body (413 past it)."""
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _body(request: Request) -> bytes:
+    """The request's body, read no further than ``MAX_BODY``."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise _TooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class Tables:
+    """Which of the projection's tables are missing, checked at most every ``EVERY_S`` (``/health`` is open to
+    every local process: a flood of it must not cost a catalog query each)."""
+
+    EVERY_S = 2.0
+
+    def __init__(self, projector: Projector) -> None:
+        self.projector, self.checked_at, self.last = projector, -math.inf, list[str]()
+
+    def missing(self) -> list[str]:
+        if time.monotonic() - self.checked_at >= self.EVERY_S:
+            with self.projector.con.cursor() as cursor:
+                self.last = integrity.missing_tables(cursor)
+            self.checked_at = time.monotonic()
+        return self.last
+
+
 SLOT_WAIT_S = 5.0
 """Longest a query waits for one of ``projector.sql_slots``."""
 STATUS = {"read_only": 403, "busy": 503, "timeout": 408}
@@ -143,16 +193,18 @@ STATUS = {"read_only": 403, "busy": 503, "timeout": 408}
 def build_app(settings: Settings, projector: Projector, progress: Progress, queries: Queries | None = None) -> ASGIApp:
     """The HTTP app: /sql and /health, behind the endpoint's token, Host and Origin checks (``httpguard``)."""
     queries = queries or Queries(settings, projector)
+    tables = Tables(projector)
 
     async def sql(request: Request) -> Response:
         try:
-            body = await request.json()
-            text, min_seq = str(body["sql"]), {str(k): int(v) for k, v in (body.get("min_seq") or {}).items()}
-            params = body.get("params") or None
-            truncate = bool(body.get("truncate", False))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return JSONResponse({"error": 'send JSON {"sql": "...", "min_seq": {...}}', "code": "bad_request"}, 400)
-        if min_seq and not await progress.reach(min_seq, float(body.get("timeout", 10.0))):
+            asked = msgspec.json.decode(await _body(request), type=SqlRequest)
+        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError) as exc:
+            shape = '{"sql": "...", "params": {...}, "min_seq": {"control": n, "spans": m}, "timeout": s}'
+            return JSONResponse({"error": f"send JSON {shape}: {exc}", "code": "bad_request"}, 400)
+        except _TooLarge:
+            return JSONResponse({"error": f"a query body is at most {MAX_BODY} bytes", "code": "too_large"}, 413)
+        text, params, truncate, min_seq = asked.sql, asked.params or None, asked.truncate, asked.min_seq
+        if min_seq and not await progress.reach(min_seq, asked.timeout):
             positions = projector.positions
             return JSONResponse({"error": f"projection at {positions}, not yet at {min_seq}"}, status_code=504)
         try:
@@ -165,8 +217,7 @@ def build_app(settings: Settings, projector: Projector, progress: Progress, quer
         return Response(to_ipc(table), media_type=ARROW, headers=headers)
 
     async def health(_: Request) -> Response:
-        with projector.con.cursor() as cursor:
-            missing = integrity.missing_tables(cursor)  # a table lost under a running projector: restart it
+        missing = tables.missing()  # a table lost under a running projector: restart it
         status = "diverged" if projector.diverged else "degraded" if missing else "ok"
         body = {"status": status, "diverged": projector.diverged, "missing_tables": missing}
         body["positions"] = projector.positions

@@ -7,6 +7,7 @@ READ ONLY transaction that is always rolled back, on a database that reaches no 
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from typing import NamedTuple
@@ -32,15 +33,17 @@ class Limits(NamedTuple):
     timeout_s: float = 30.0
 
 
-def check_read_only(sql: str) -> None:
-    """Refuse anything but SELECT, or EXPLAIN (ANALYZE) of a SELECT, naming what was refused.
+def check_read_only(sql: str, con: duckdb.DuckDBPyConnection) -> None:
+    """Refuse anything but SELECT, or EXPLAIN (ANALYZE) of a SELECT, naming what was refused; ``con`` (any
+    connection) parses each SELECT into its tree for the function checks.
 
-    >>> check_read_only("SELECT 1; EXPLAIN ANALYZE SELECT 2; /* c */ EXPLAIN (FORMAT json) FROM t")
-    >>> check_read_only("DELETE FROM rollouts")
+    >>> con = duckdb.connect()
+    >>> check_read_only("SELECT 1; EXPLAIN ANALYZE SELECT 2; /* c */ EXPLAIN (FORMAT json) FROM t", con)
+    >>> check_read_only("DELETE FROM rollouts", con)
     Traceback (most recent call last):
     ...
     voltbus.schemas.errors.QueryRefused: read-only: only SELECT and EXPLAIN SELECT are allowed, got DELETE
-    >>> check_read_only("EXPLAIN ANALYZE UPDATE rewards SET value = 100")
+    >>> check_read_only("EXPLAIN ANALYZE UPDATE rewards SET value = 100", con)
     Traceback (most recent call last):
     ...
     voltbus.schemas.errors.QueryRefused: read-only: only SELECT and EXPLAIN SELECT are allowed, got EXPLAIN UPDATE
@@ -49,11 +52,73 @@ def check_read_only(sql: str) -> None:
     if not statements:
         raise QueryRefused("sql_error", "empty query")
     for statement in statements:
-        kind = statement.type.name
+        kind, text = statement.type.name, statement.query
         if statement.type == _EXPLAIN:
-            kind = f"EXPLAIN {_explained(statement.query)}"
+            inner, text = _explained(statement.query)
+            kind = f"EXPLAIN {inner}"
         if kind not in ("SELECT", "EXPLAIN SELECT"):
             raise QueryRefused("read_only", f"read-only: only SELECT and EXPLAIN SELECT are allowed, got {kind}")
+        _check_tree(text, con)
+
+
+def _check_tree(select: str, con: duckdb.DuckDBPyConnection) -> None:
+    """Refuse a SELECT that holds a write (a query node outside ``QUERY_NODES``), or calls a table function outside
+    ``TABLE_FUNCTIONS`` (checkpoints, logging switches, raw Arrow pointers, SQL in a string...) or a scalar function of
+    ``SCALAR_DENIED``, anywhere in it.
+
+    >>> _check_tree("SELECT * FROM range(3), (SELECT 1 FROM duckdb_tables())", duckdb.connect())
+    >>> _check_tree("SELECT (SELECT count(*) FROM checkpoint())", duckdb.connect())
+    Traceback (most recent call last):
+    ...
+    voltbus.schemas.errors.QueryRefused: read-only: table function checkpoint() is not allowed in a query
+    """
+    tree = json.loads(con.execute("SELECT json_serialize_sql($q)", {"q": select}).fetchone()[0])  # type: ignore[index]
+    if tree.get("error"):
+        raise QueryRefused("read_only", f"read-only: the query cannot be checked ({tree.get('error_message')})")
+    for kind, name in _functions(tree):
+        if kind == "node" and name not in QUERY_NODES:  # e.g. WITH x AS (DELETE ... RETURNING *) SELECT ...
+            raise QueryRefused(
+                "read_only", f"read-only: a {name.removesuffix('_QUERY_NODE')} is not allowed in a query"
+            )
+        if (kind == "table" and name not in TABLE_FUNCTIONS) or (kind == "scalar" and name in SCALAR_DENIED):
+            raise QueryRefused("read_only", f"read-only: {kind} function {name}() is not allowed in a query")
+
+
+def _functions(node: object) -> list[tuple[str, str]]:
+    """Every (table or scalar, name) function call and ("node", type) query node in a serialized statement."""
+    found: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        if str(node.get("type", "")).endswith("_NODE"):
+            found.append(("node", str(node["type"])))
+        if node.get("type") == "TABLE_FUNCTION" and isinstance(node.get("function"), dict):
+            found.append(("table", str(node["function"].get("function_name"))))
+            node = {k: v for k, v in node.items() if k != "function"} | {"arguments": node["function"].get("arguments")}
+        elif "function_name" in node:
+            found.append(("scalar", str(node["function_name"])))
+        for value in node.values():
+            found += _functions(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _functions(value)
+    return found
+
+
+TABLE_FUNCTIONS = frozenset(
+    {"range", "generate_series", "unnest", "repeat", "repeat_row", "json_each", "json_tree", "summary"}
+    | {"pragma_table_info", "pragma_show", "pragma_version", "pragma_database_size", "pragma_storage_info"}
+    | {"pragma_metadata_info", "pragma_platform", "pragma_collations", "pragma_user_agent", "pg_timezone_names"}
+    | {"icu_calendar_names", "test_all_types", "test_vector_types", "duckdb_columns", "duckdb_constraints"}
+    | {"duckdb_databases", "duckdb_dependencies", "duckdb_functions", "duckdb_indexes", "duckdb_keywords"}
+    | {"duckdb_memory", "duckdb_optimizers", "duckdb_schemas", "duckdb_sequences", "duckdb_settings"}
+    | {"duckdb_tables", "duckdb_temporary_files", "duckdb_types", "duckdb_views", "duckdb_variables"}
+)
+"""The table functions a query may call: generators and the catalog. Every other one (file and URL readers,
+which the database refuses anyway, ``checkpoint``, logging and profiling switches, ``query`` with SQL in a string,
+scans of raw Arrow pointers) is refused before the query runs."""
+QUERY_NODES = frozenset({"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"})
+"""The query nodes of a read: any other (a DELETE, UPDATE or INSERT in a CTE) is refused."""
+SCALAR_DENIED = frozenset({"setseed", "nextval", "json_execute_serialized_sql"})
+"""Scalar functions with an effect beyond the query's answer."""
 
 
 def _parse(sql: str) -> list[duckdb.Statement]:
@@ -63,14 +128,14 @@ def _parse(sql: str) -> list[duckdb.Statement]:
         raise QueryRefused("sql_error", f"SQL error: {exc}") from None
 
 
-def _explained(text: str) -> str:
-    """The type of the one statement an EXPLAIN wraps, or what keeps it from being known ("(unknown)")."""
+def _explained(text: str) -> tuple[str, str]:
+    """The type and text of the one statement an EXPLAIN wraps, or what keeps it from being known ("(unknown)")."""
     head = _EXPLAIN_HEAD.match(text, _COMMENTS.match(text).end())  # type: ignore[union-attr]
     try:
         inner = duckdb.extract_statements(text[head.end() :]) if head else []
     except duckdb.Error:
         inner = []
-    return inner[0].type.name if len(inner) == 1 else "(unknown)"
+    return (inner[0].type.name, inner[0].query) if len(inner) == 1 else ("(unknown)", "")
 
 
 TRUNCATED = b"voltbus.truncated_to"
@@ -94,8 +159,12 @@ def query(
     (``truncated_to``). An answer over ``max_bytes`` is refused (``too_large``); a query still running after
     ``timeout_s`` is interrupted (``timeout``) by a timer thread, or without ``timer`` by the caller (through
     ``running``, which holds the cursor while it runs: a thread per query costs more than a small query)."""
-    check_read_only(sql)
     cursor = con.cursor()
+    try:
+        check_read_only(sql, cursor)
+    except QueryRefused:
+        cursor.close()
+        raise
     deadline = threading.Timer(limits.timeout_s, cursor.interrupt) if timer else None
     if running is not None:
         running.add(cursor)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from voltbus.schemas.subjects import Topology
 
-from .natsauth import ROLES, AuthError, init_auth
+from .natsauth import ROLES, AuthError, init_auth, read_env_file, write_private
 
 SECRETS: dict[str, str] = {
     "key_secret": "the gateway key secret (per-rollout agent keys)",
@@ -34,12 +34,6 @@ role may read the (read-only) projection."""
 _NAMESPACE = re.compile(r"for namespace '([^']*)'")
 
 
-def _variables(path: Path) -> dict[str, str]:
-    """The ``KEY=VALUE`` lines of an env file."""
-    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[:1] != "#")
-    return {k.strip(): v.strip() for k, v in pairs}
-
-
 def _check_existing(out: Path, topo: Topology) -> None:
     """Refuse a directory made for another namespace, or one that lacks a role's file."""
     found = _NAMESPACE.search((out / "auth.conf").read_text().split("\n", 1)[0])
@@ -53,12 +47,6 @@ def _check_existing(out: Path, topo: Topology) -> None:
         raise AuthError(f"{out} has auth.conf but no {', '.join(missing)}: replace them all with --force")
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-
-
 def ensure_credentials(out: Path, topo: Topology, rounds: int = 11) -> list[str]:
     """Create in ``out`` what is missing (bus users, then each secret in every role file that needs it),
     keep what exists, leave every file mode 0600; return what was created, in words (empty: nothing)."""
@@ -68,7 +56,7 @@ def ensure_credentials(out: Path, topo: Topology, rounds: int = 11) -> list[str]
         made.append(f"a bus user per role for namespace {topo.namespace!r}")
     else:
         _check_existing(out, topo)
-    files = {role: _variables(out / f"{role}.env") for role in ROLES}
+    files = {role: read_env_file(out / f"{role}.env") for role in ROLES}
     values = {s: v for var, (s, roles) in reversed(PLACES.items()) for r in reversed(roles) if (v := files[r].get(var))}
     values = {s: values.get(s) or secrets.token_urlsafe(32) for s in SECRETS}  # an existing value wins
     for role in ROLES:
@@ -76,7 +64,7 @@ def ensure_credentials(out: Path, topo: Topology, rounds: int = 11) -> list[str]
         path = out / f"{role}.env"
         if lines:
             text = path.read_text()
-            _write_private(path, text + ("" if text.endswith("\n") or not text else "\n") + "\n".join(lines) + "\n")
+            write_private(path, text + ("" if text.endswith("\n") or not text else "\n") + "\n".join(lines) + "\n")
     missing = {s for var, (s, roles) in PLACES.items() for r in roles if var not in files[r]}
     made += [SECRETS[s] for s in SECRETS if s in missing]
     for path in [out / "auth.conf", *(out / f"{role}.env" for role in ROLES)]:

@@ -7,7 +7,6 @@ Used by the projector's SQL endpoint and the dashboard; the threat model is in d
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 
 from starlette.datastructures import Headers
@@ -17,26 +16,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from voltbus.schemas.errors import VoltbusError
 
+from .natsserver import is_loopback
+
 log = logging.getLogger(__name__)
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1"]
 
 
 class Exposed(VoltbusError):
     """An endpoint with no token set up to listen beyond this machine."""
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an interface to bind) is reachable from this machine only.
-
-    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0"), is_loopback("::")
-    (True, True, False, False)
-    """
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_exposure(what: str, host: str, token: str | None, setting: str) -> None:

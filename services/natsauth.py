@@ -152,11 +152,22 @@ def hash_password(password: str, rounds: int) -> str:
     return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds)).decode()
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def write_private(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``, mode 0600, atomically: a kill mid-write leaves the old file whole."""
+    partial = path.with_name(f".{path.name}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)
-    os.chmod(path, 0o600)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(partial, 0o600)
+    os.replace(partial, path)
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The ``KEY=VALUE`` lines of an env file (``#`` comments and other lines skipped)."""
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#"))
+    return {k.strip(): v.strip() for k, v in pairs}
 
 
 def init_auth(out: Path, topo: Topology, rounds: int = 11) -> dict[str, str]:
@@ -165,8 +176,8 @@ def init_auth(out: Path, topo: Topology, rounds: int = 11) -> dict[str, str]:
     passwords = {role: secrets.token_urlsafe(24) for role in ROLES}
     hashes = {role: hash_password(pw, rounds) for role, pw in passwords.items()}
     for role, pw in passwords.items():
-        _write_private(out / f"{role}.env", f"VOLTBUS_NATS__USER={role}\nVOLTBUS_NATS__PASSWORD={pw}\n")
-    _write_private(out / "auth.conf", render_auth(hashes, topo))
+        write_private(out / f"{role}.env", f"VOLTBUS_NATS__USER={role}\nVOLTBUS_NATS__PASSWORD={pw}\n")
+    write_private(out / "auth.conf", render_auth(hashes, topo))
     return passwords
 
 
@@ -182,8 +193,6 @@ def read_credentials(auth_dir: Path, role: str) -> dict[str, str]:
     """The ``VOLTBUS_NATS__*`` variables of ``role`` from its env file."""
     path = auth_dir / f"{role}.env"
     try:
-        text = path.read_text()
+        return read_env_file(path)
     except OSError as exc:
         raise AuthError(f"no credentials for role {role!r} at {path}: {exc.strerror or exc}") from None
-    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
-    return {k.strip(): v.strip() for k, v in pairs}

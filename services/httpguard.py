@@ -45,7 +45,8 @@ def guard(app: ASGIApp, bind_host: str, extra_hosts: list[str], token: str | Non
 
 
 class _Checks:
-    """Origin, bearer token (every route but ``/health``) and the content type of every POST."""
+    """Origin, bearer token (every route but ``/health``) and the content type of every POST with a body (a page's
+    bodiless POST carries its Origin, refused above)."""
 
     def __init__(self, app: ASGIApp, token: str | None) -> None:
         self.app, self.token = app, token
@@ -64,9 +65,14 @@ def _refusal(headers: Headers, scope: Scope, token: str | None) -> JSONResponse 
         return _error(403, "origin", f"requests from another web page (Origin: {origin[:100]}) are refused")
     if token and scope["path"] != "/health" and not _bearer_matches(headers.get("authorization", ""), token):
         return _error(401, "unauthorized", "send the endpoint's token: Authorization: Bearer <token>", bearer=True)
-    if scope["method"] == "POST" and headers.get("content-type", "").split(";")[0].strip() != "application/json":
+    has_body = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+    if scope["method"] == "POST" and (has_body or "content-type" in headers) and not _json(headers):
         return _error(415, "content_type", "send a JSON body (Content-Type: application/json)")
     return None
+
+
+def _json(headers: Headers) -> bool:
+    return headers.get("content-type", "").split(";")[0].strip().lower() == "application/json"
 
 
 def _bearer_matches(authorization: str, token: str) -> bool:

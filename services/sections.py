@@ -270,6 +270,9 @@ class InferenceSettings(BaseModel):
     """Name clients put in ``model``; default: the model directory's name."""
     host: str = "127.0.0.1"
     """Interface the server listens on."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Host names the server answers besides loopback ones and ``host`` (400 for any other ``Host``: no web page
+    reaches it through DNS rebinding), e.g. ``["inference"]`` in compose; ``*.domain`` patterns allowed."""
     port: int = 8000
     """Port of the server (vLLM's default, which is also the gateway's default upstream)."""
     device: str = "cpu"

@@ -17,8 +17,10 @@ from contextlib import asynccontextmanager
 import torch
 from starlette.applications import Starlette
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from voltbus.model import load_model_dir
+from voltbus.services.httpguard import guard
 from voltbus.services.serving import serve_until
 from voltbus.services.settings import Settings
 
@@ -67,8 +69,9 @@ def load(settings: Settings) -> Served:
     return Served(name, cfg.model_dir, model, tok, cfg, weights, batcher, TokenText(tok))
 
 
-def build_app(settings: Settings) -> Starlette:
-    """The server app; its lifespan loads the model, runs the batcher and, if asked, the resources follower."""
+def build_app(settings: Settings) -> ASGIApp:
+    """The server app, behind the Host, Origin and JSON checks (``httpguard``: no web page may swap or pause the
+    policy); its lifespan loads the model, runs the batcher and, if asked, the resources follower."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -87,7 +90,8 @@ def build_app(settings: Settings) -> Starlette:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    return Starlette(routes=routes(), lifespan=lifespan)
+    cfg = settings.inference
+    return guard(Starlette(routes=routes(), lifespan=lifespan), cfg.host, cfg.allowed_hosts)
 
 
 async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:

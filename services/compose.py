@@ -86,9 +86,14 @@ def localize(text: str, names: list[str], volumes: dict[str, Path]) -> str:
     'nats://127.0.0.1:4222'
     >>> localize("/data/x.duckdb", [], {"/data": Path("/tmp/v")})
     '/tmp/v/x.duckdb'
+    >>> localize("runner=/data/r", [], {"/data": Path("/tmp/v")})
+    'runner=/tmp/v/r'
     """
     if text == "0.0.0.0":
         return "127.0.0.1"
+    key, sep, rest = text.partition("=")
+    if sep and key.isidentifier() and rest.startswith("/"):  # NAME=/path (an option's value)
+        return f"{key}={localize(rest, names, volumes)}"
     for name in names:
         text = text.replace(f"//{name}:", "//127.0.0.1:")
     for target, local in volumes.items():

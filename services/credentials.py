@@ -71,3 +71,17 @@ def ensure_credentials(out: Path, topo: Topology, rounds: int = 11) -> list[str]
         os.chmod(path, 0o600)
     os.chmod(out, 0o700)
     return made
+
+
+def copy_roles(out: Path, role_dirs: list[str]) -> None:
+    """Copy each ``ROLE=DIR``'s env file from ``out`` into DIR (made mode 0700, the file 0600), replacing what is
+    there: compose gives each container a volume with its own role's file only, so that a container (and the agent
+    code a runner runs) reads no other role's secrets, the admin's least of all."""
+    for spec in role_dirs:
+        role, sep, where = spec.partition("=")
+        if not sep or role not in ROLES or not where:
+            raise AuthError(f"--role-dir {spec!r}: give ROLE=DIR with ROLE one of {', '.join(ROLES)}")
+        target = Path(where)
+        target.mkdir(parents=True, exist_ok=True)
+        os.chmod(target, 0o700)
+        write_private(target / f"{role}.env", (out / f"{role}.env").read_text())

@@ -29,7 +29,7 @@ from voltbus.services.compose import (
     read_env_file,
     start_order,
 )
-from voltbus.services.credentials import PLACES, ensure_credentials
+from voltbus.services.credentials import PLACES, copy_roles, ensure_credentials
 from voltbus.services.natsauth import ROLES
 from voltbus.services.settings import Settings
 
@@ -41,6 +41,8 @@ CRED_MOUNT = "/etc/voltbus/auth"
 CORE = ["nats", "coordinator", "projector", "dashboard", "inference", "gateway", "runner", "learner"]
 GPU = ["vllm", "gateway-gpu", "learner-verl"]
 ROLE_OF = {name: name for name in CORE[1:]} | {"learner-verl": "learner", "gateway-gpu": "gateway"}
+ROLE_ORDER = CORE[1:]
+"""The roles in the order the credentials job copies them into their own volumes."""
 """The bus user (docs/security.md) each voltbus service runs as."""
 
 
@@ -138,7 +140,7 @@ def test_dependencies_wait_for_health(doc: dict[str, Any]) -> None:
 def test_volumes_are_declared_and_used(doc: dict[str, Any]) -> None:
     sources = {str(v).split(":")[0] for s in services(doc).values() for v in s.get("volumes", [])}
     assert {v for v in sources if not v.startswith((".", "/"))} == set(doc["volumes"])
-    assert services(doc)["projector"]["volumes"] == [f"auth:{CRED_MOUNT}:ro", "projector-data:/data"]
+    assert services(doc)["projector"]["volumes"] == [f"auth-projector:{CRED_MOUNT}:ro", "projector-data:/data"]
     assert "/data/projection.duckdb" in services(doc)["projector"]["command"]
     assert services(doc)["learner"]["environment"]["VOLTBUS_LEARNER__WEIGHTS_DIR"].startswith("/data/")
     conf = doc["configs"]["nats_conf"]["content"]
@@ -212,8 +214,12 @@ def test_dockerfile_builds_from_the_repository() -> None:
 
 def test_the_bus_includes_the_generated_users_and_each_service_gets_its_role(doc: dict[str, Any]) -> None:
     init = services(doc)[INIT]
-    assert init["command"] == ["voltbus", "nats", "auth", "init", "--out", CRED_MOUNT, "--keep-existing"]
-    assert init["volumes"] == [f"auth:{CRED_MOUNT}"] and "restart" not in init  # a job: it runs once per start
+    roles = sorted(set(ROLE_OF.values()))
+    assert init["command"][:7] == ["voltbus", "nats", "auth", "init", "--out", CRED_MOUNT, "--keep-existing"]
+    assert sorted(init["command"][8::2]) == [f"{r}=/etc/voltbus/roles/{r}" for r in roles]  # each its own copy
+    assert set(init["command"][7::2]) == {"--role-dir"}
+    assert init["volumes"] == [f"auth:{CRED_MOUNT}"] + [f"auth-{r}:/etc/voltbus/roles/{r}" for r in ROLE_ORDER]
+    assert "restart" not in init  # a job: it runs once per start
     ctx = click_command("nats").commands["auth"].commands["init"].make_context("init", init["command"][4:])
     assert ctx.params["keep_existing"] and not ctx.params["force"]
     assert init["environment"]["VOLTBUS_NATS__NAMESPACE"] == "vb"  # the users are made for the services' namespace
@@ -226,7 +232,8 @@ def test_the_bus_includes_the_generated_users_and_each_service_gets_its_role(doc
         svc = services(doc)[name]
         assert "env_file" not in svc, name  # compose reads env files before the init service ran
         assert svc["environment"]["VOLTBUS_CREDENTIALS_FILE"] == f"{CRED_MOUNT}/{role}.env", name
-        assert f"auth:{CRED_MOUNT}:ro" in svc["volumes"], name
+        mounts = [v for v in svc["volumes"] if str(v).startswith("auth")]
+        assert mounts == [f"auth-{role}:{CRED_MOUNT}:ro"], name  # its own role's file, no other role's
         assert svc["depends_on"][INIT] == {"condition": "service_completed_successfully"}, name
     assert set(ROLE_OF.values()) == set(ROLES) - {"admin"}  # every role has its service; admin is the operator's
     assert "env_file" not in services(doc)["vllm"] and INIT not in services(doc)["vllm"].get("depends_on", {})
@@ -238,10 +245,14 @@ def test_each_service_reads_its_role_s_credentials_file(auth_dir: Path, tmp_path
     topo = load_topology(COMPOSE, {"VB_AUTH_DIR": str(auth_dir)}, tmp_path)
     assert topo["nats"].volumes[AUTH_MOUNT] == topo[INIT].volumes[CRED_MOUNT] == auth_dir.resolve()
     assert topo[INIT].once and not any(topo[n].once for n in CORE)
-    assert topo[INIT].argv[-3:] == ["--out", str(auth_dir.resolve()), "--keep-existing"]
+    argv = topo[INIT].argv
+    assert argv[argv.index("--out") : argv.index("--out") + 3] == ["--out", str(auth_dir.resolve()), "--keep-existing"]
+    copy_roles(auth_dir, argv[argv.index("--keep-existing") + 2 :: 2])  # what the job does with its --role-dir
     gateway = read_env_file(auth_dir / "gateway.env", {})
     for name, role in ROLE_OF.items():
-        assert topo[name].env["VOLTBUS_CREDENTIALS_FILE"] == str(auth_dir.resolve() / f"{role}.env"), name
+        own = tmp_path / f"auth-{role}"
+        assert topo[name].env["VOLTBUS_CREDENTIALS_FILE"] == str(own / f"{role}.env"), name
+        assert [p.name for p in own.iterdir()] == [f"{role}.env"], name
         settings = Settings(_env_file=None, **{"credentials_file": topo[name].env["VOLTBUS_CREDENTIALS_FILE"]})
         creds = read_env_file(auth_dir / f"{role}.env", {})
         assert (settings.nats.user, settings.nats.password) == (role, creds["VOLTBUS_NATS__PASSWORD"]), name

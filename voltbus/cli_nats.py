@@ -58,6 +58,10 @@ def auth_init(
         bool, typer.Option(help="create only what is missing, keep every existing password and key (up, compose)")
     ] = False,
     rounds: Annotated[int, typer.Option(help="bcrypt cost; the server pays it once per connection")] = 11,
+    role_dir: Annotated[
+        list[str] | None,
+        typer.Option(help="ROLE=DIR: also keep ROLE's env file (alone) in DIR, for a container that mounts only it"),
+    ] = None,
 ) -> None:
     """Generate a deployment's credentials: a bus user per role, the gateway's keys and the SQL token.
 
@@ -65,7 +69,7 @@ def auth_init(
     password and the secrets it uses: the gateway key secret, the gateway admin key, the SQL token."""
     from voltbus.cli import say, settings_for
     from voltbus.schemas.subjects import Topology
-    from voltbus.services.credentials import ensure_credentials
+    from voltbus.services.credentials import copy_roles, ensure_credentials
     from voltbus.services.natsauth import ROLES, AuthError, init_auth
 
     exists = (out / "auth.conf").exists()
@@ -78,6 +82,7 @@ def auth_init(
     if force:
         init_auth(out, topo, rounds=rounds)
     made = ensure_credentials(out, topo, rounds=rounds)
+    copy_roles(out, role_dir or [])
     if keep_existing:
         say(f"{out}: created {', '.join(made)}" if made else f"{out}: every credential exists; nothing changed")
         return

@@ -31,6 +31,7 @@ from .heartbeat import Heartbeat
 from .host import AgentHost
 from .isolate import agl_environment, run_isolated
 from .loader import load_agent
+from .pipe import SpanLimits
 from .session import open_sessions
 
 log = logging.getLogger(__name__)
@@ -85,9 +86,21 @@ class Runner:
         self._busy_reports: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> Runner:
-        nats = self.settings.nats.model_copy(update={"dequeue_wait_s": self.settings.runner.claim_wait_s})
-        self.store = await connect(settings=nats, name="voltbus-runner")
+        cfg = self.settings.runner
         try:
+            if self.agent is None:  # the agent loads in a host process (before the bus), or this runner does not start
+                assert self.agent_path is not None
+                nats = self.settings.nats
+                limits = SpanLimits(span_value_max_bytes=nats.span_value_max_bytes, span_max_bytes=nats.span_max_bytes)
+                self.host = AgentHost(None, self.agent_path, cfg.slots, limits)
+                await self.host.ensure()
+                if self.mode == "isolate":
+                    await self.host.close()
+                self.spans_stored = self.host.published
+            nats = self.settings.nats.model_copy(update={"dequeue_wait_s": cfg.claim_wait_s})
+            self.store = await connect(settings=nats, name="voltbus-runner")
+            if self.host is not None:
+                self.host.attach(self.store)
             await self._open(self.store)
         except BaseException:
             await self.__aexit__()
@@ -96,13 +109,6 @@ class Runner:
 
     async def _open(self, store: Store) -> None:
         cfg = self.settings.runner
-        if self.agent is None:  # the agent loads in a host process, or this runner does not start
-            assert self.agent_path is not None
-            self.host = AgentHost(store, self.agent_path, cfg.slots)
-            await self.host.ensure()
-            if self.mode == "isolate":
-                await self.host.close()
-            self.spans_stored = self.host.published
         if "worker_prefix" not in cfg.model_fields_set:  # Worker-<n>, numbered across every runner of the bus
             last = await store.log.next_sequence(WORKER_NUMBERS, cfg.slots)
             self.worker_ids = [f"{cfg.worker_prefix}-{n}" for n in range(last - cfg.slots, last)]
@@ -249,7 +255,9 @@ class Runner:
         final = await self.store.get_rollout_by_id(started.rollout_id)
         assert final is not None
         if self.mode != "in-process" and final.status == "failed":
-            raise AgentFailed(f"rollout {final.rollout_id} failed in the agent's process (see its attempt and log)")
+            error = getattr(getattr(final, "attempt", None), "error", None) or {}
+            said = f"{error.get('type')}: {error.get('message')}" if error else "see its attempt"
+            raise AgentFailed(f"rollout {final.rollout_id} failed in the agent's process: {said}")
         return final
 
 

@@ -103,14 +103,20 @@ class _Process:
 class AgentHost:
     """The runner's side of its agent host: starts it (again after it died), hands it rollouts, stops it."""
 
-    def __init__(self, store: Store, agent: str, slots: int) -> None:
-        self.store, self.agent, self.slots = store, agent, slots
+    def __init__(self, store: Store | None, agent: str, slots: int, limits: SpanLimits) -> None:
+        self.store, self.agent, self.slots, self.limits = store, agent, slots, limits
         self.current: _Process | None = None
         self.published: dict[str, float] = {}
         """rollout id -> ``time.monotonic()`` of its last spans stored through the host (the heartbeat's)."""
         self.started = 0
         """Host processes started so far."""
         self._lock = asyncio.Lock()
+
+    def attach(self, store: Store) -> None:
+        """The store the host's requests are carried out on (a host may start, and load its agent, before it)."""
+        self.store = store
+        if self.current is not None:
+            self.current.server.store = store
 
     @property
     def pid(self) -> int | None:
@@ -144,7 +150,8 @@ class AgentHost:
                 os.close(fd)
         self.started += 1
         loop = asyncio.get_running_loop()
-        server = PipeServer(self.store, None, requests_r, replies_w, most_in_flight=max(16, 4 * self.slots))
+        room = max(16, 4 * self.slots)
+        server = PipeServer(self.store, None, requests_r, replies_w, most_in_flight=room)  # type: ignore[arg-type]
         server.published = self.published
         jobs, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(jobs_w, "wb", buffering=0))
         host = _Process(proc, server, jobs)  # type: ignore[arg-type]
@@ -153,9 +160,7 @@ class AgentHost:
         server.on_done = host.done
         host.serving = asyncio.create_task(server.serve())
         exited = asyncio.create_task(proc.wait())
-        settings = self.store.settings
-        limits = SpanLimits(span_value_max_bytes=settings.span_value_max_bytes, span_max_bytes=settings.span_max_bytes)
-        host.send(Start(agent=self.agent, limits=limits))
+        host.send(Start(agent=self.agent, limits=self.limits))
         await asyncio.wait([ready, exited], timeout=START_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
         if not ready.done() or ready.result() is not None:
             host.kill()
@@ -188,6 +193,7 @@ class AgentHost:
         """Run one claimed rollout in the host; a host that dies (or cannot start) fails its attempt."""
         rid, aid, worker = rollout.rollout_id, rollout.attempt.attempt_id, rollout.attempt.worker_id
         try:
+            assert self.store is not None
             resources = with_key(await resources_for(self.store, rollout), key)
             host = await self.ensure()
         except MissingResources as exc:
@@ -236,12 +242,14 @@ class AgentHost:
             log.error("the agent host (pid %d) does not answer a cancel: killing it", host.proc.pid)
         host.kill()
         with contextlib.suppress(InvalidCommand):
-            await self.store.expire_attempt(rid, aid, "timeout")
+            await self.store.expire_attempt(rid, aid, "timeout")  # type: ignore[union-attr]
 
     async def _fail(self, rollout: AttemptedRollout, error: ErrorInfo) -> None:
         rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
         with contextlib.suppress(InvalidCommand):  # the host may have ended it before it died
-            await self.store.finish_attempt(rid, aid, error, worker_id=rollout.attempt.worker_id)
+            await self.store.finish_attempt(  # type: ignore[union-attr]
+                rid, aid, error, worker_id=rollout.attempt.worker_id
+            )
 
     async def close(self, wait_s: float = 5.0) -> None:
         """Stop the host: its jobs pipe closes (it cancels what it still runs and exits), killed after ``wait_s``."""

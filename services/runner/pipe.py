@@ -208,9 +208,9 @@ def unwrap(reply: Reply) -> Any:
 
 def _touched(request: Request) -> list[tuple[str, str | None]]:
     """The (rollout, attempt) pairs a request acts on; None: the rollout only."""
-    if isinstance(request, Ready):
+    if isinstance(request, Ready | Done):  # no write; a Done for a rollout the runner let go of already is moot
         return []
-    if isinstance(request, UpdateAttempt | FinishAttempt | ExpireAttempt | Done):
+    if isinstance(request, UpdateAttempt | FinishAttempt | ExpireAttempt):
         return [(request.rollout_id, request.attempt_id)]
     if isinstance(request, NextSequence):
         return [(request.rollout_id, None)]

@@ -158,13 +158,25 @@ class RunnerSettings(BaseModel):
     """A slot's worker is reported busy once its attempt has run this long (0: at the claim). An attempt
     that ends sooner writes no worker status at all: its claim and end already name the worker, and
     fast agents then cost two appends per rollout fewer. Heartbeats are not affected."""
+    agents: Literal["host", "isolate", "in-process"] = "host"
+    """Where agent code runs. ``host``: one agent host process per runner, started with no ``VOLTBUS_*`` variable,
+    no bus connection and no secret, runs every slot; its writes go through the runner for its own attempts only.
+    ``isolate``: one such process per rollout, killed at the rollout's timeout (a Python start per rollout).
+    ``in-process``: in the runner's process, which holds the bus credentials: for trusted agents only (it warns).
+    An agent object given to ``Runner`` (``Trainer.fit``) already lives in its caller's process and runs there."""
     isolate: bool = False
-    """Run each rollout in its own process, killed (whole process group) at the rollout's timeout."""
+    """Run each rollout in its own process, killed (whole process group) at the rollout's timeout: ``agents =
+    "isolate"``, whatever ``agents`` says (``--isolate``)."""
     shutdown_grace_s: float = 30.0
     """On SIGTERM, how long running rollouts may finish before they are ended as failed."""
     gateway_url: str | None = None
-    """The gateway's base URL; with ``isolate``, each rollout's process gets Agent Lightning 1.0's
+    """The gateway's base URL; isolated (``agents = "isolate"``), each rollout's process gets Agent Lightning 1.0's
     ``AGL_OPENAI_BASE_URL`` / ``AGL_EVENT_URL`` / ``AGL_KEY`` pointing at it for that attempt."""
+
+    @property
+    def mode(self) -> str:
+        """Where agents run: ``isolate`` when ``isolate`` is set, else ``agents``."""
+        return "isolate" if self.isolate else self.agents
 
 
 class GatewaySettings(BaseModel):

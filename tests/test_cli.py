@@ -152,5 +152,8 @@ def test_runner_flags_override_the_settings_and_absent_ones_leave_them(nats_serv
     url = nats_server.url  # type: ignore[attr-defined]
     env = {"VOLTBUS_RUNNER__SLOTS": "3", "VOLTBUS_RUNNER__ISOLATE": "true"}
     assert "runner with 3 slot(s) (isolated)" in runner_start_line(url, env=env)
-    assert "runner with 2 slot(s) (in-process)" in runner_start_line(url, "-n", "2", "--no-isolate", env=env)
-    assert "runner with 1 slot(s) (in-process)" in runner_start_line(url, env={})
+    assert "runner with 2 slot(s) (agent host)" in runner_start_line(url, "-n", "2", "--no-isolate", env=env)
+    assert "runner with 1 slot(s) (agent host)" in runner_start_line(url, env={})  # the default: no credentials
+    assert "runner with 1 slot(s) (in-process)" in runner_start_line(url, "--in-process", env={})
+    in_process = {"VOLTBUS_RUNNER__AGENTS": "in-process"}
+    assert "runner with 1 slot(s) (in-process)" in runner_start_line(url, env=in_process)

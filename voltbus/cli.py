@@ -257,18 +257,29 @@ def runner(
         bool | None,
         typer.Option(
             "--isolate/--no-isolate",
-            help="run each rollout in its own process, killed at its timeout (default: VOLTBUS_RUNNER__ISOLATE, "
-            "else no)",
+            help="run each rollout in its own process, killed at its timeout; --no-isolate: not that, so the "
+            "agent host unless VOLTBUS_RUNNER__AGENTS says otherwise (default: VOLTBUS_RUNNER__ISOLATE, else no)",
         ),
     ] = None,
+    in_process: Annotated[
+        bool,
+        typer.Option(
+            "--in-process",
+            help="run agents inside the runner, which holds the bus credentials: for trusted agents only "
+            "(default: the agent host, a process with no credentials)",
+        ),
+    ] = False,
     nats_url: NatsUrl = None,
 ) -> None:
     """Run a runner: claim rollouts and run the agent on them (SIGTERM finishes or releases them)."""
     from voltbus.services import loop
     from voltbus.services.runner.app import serve_until_signal
 
+    if in_process and isolate:
+        raise typer.BadParameter("--in-process and --isolate exclude each other")
     settings = settings_for(nats_url)
-    given = {"slots": n, "isolate": isolate}  # flags override the settings; absent ones leave them
+    agents = "in-process" if in_process else None
+    given = {"slots": n, "isolate": isolate, "agents": agents}  # flags override the settings; absent ones leave them
     settings.runner = settings.runner.model_copy(update={k: v for k, v in given.items() if v is not None})
     loop.run(serve_until_signal(settings, agent))  # on uvloop: less CPU per rollout (BENCHMARKS.md)
 

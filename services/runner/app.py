@@ -1,5 +1,7 @@
 """The runner: N slots claim rollouts and run the agent on them; heartbeats from a thread; graceful stop.
 
+Where the agent runs is ``runner.agents``: in the agent host (default, ``host.py``), one process per rollout
+(``isolate``) or in this process (``in-process``, for trusted agents: it holds the bus credentials).
 ``Runner.step(task)`` runs one task directly (no queue), raising the agent's error, for debugging.
 """
 
@@ -20,20 +22,42 @@ from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
 from voltbus.schemas.errors import VoltbusError
 from voltbus.services.keys import agent_key_for
 from voltbus.services.restart import stop_if_cancelled
-from voltbus.services.settings import Settings
+from voltbus.services.settings import RunnerSettings, Settings
 from voltbus.store import AttemptedRollout, Rollout, Store, connect
 
 from .dispatch import Dispatcher
 from .execute import run_rollout
 from .heartbeat import Heartbeat
+from .host import AgentHost
 from .isolate import agl_environment, run_isolated
 from .loader import load_agent
+from .pipe import SpanLimits
 from .session import open_sessions
 
 log = logging.getLogger(__name__)
 
 WORKER_NUMBERS = "_workers"
 """The bus counter that hands each runner its slots' worker numbers (rollout ids never start with ``_``)."""
+SHARED_CREDENTIALS = "agents run in-process: they share this runner's bus credentials (runner.agents = 'in-process'"
+"""The start of the warning an opted-in in-process runner logs."""
+
+
+class AgentFailed(VoltbusError):
+    """``Runner.step``: the agent, run in another process, failed its attempt."""
+
+
+def agent_mode(cfg: RunnerSettings, agent: str | LitAgent[Any], hooks: Sequence[Any] = ()) -> str:
+    """Where the runner runs its agent: ``cfg.mode``, except that an agent object or hooks (objects of this
+    process, which the agent host cannot load) run in-process unless isolation was asked for.
+
+    >>> agent_mode(RunnerSettings(), "m:a"), agent_mode(RunnerSettings(), "m:a", [object()])
+    ('host', 'in-process')
+    """
+    if isinstance(agent, str) and not hooks:
+        return cfg.mode
+    if cfg.mode == "isolate":
+        raise ValueError("--isolate needs the agent as an import path ('module:attr') and no hooks")
+    return "in-process"
 
 
 class Runner:
@@ -41,38 +65,69 @@ class Runner:
 
     def __init__(self, settings: Settings, agent: str | LitAgent[Any], hooks: Sequence[Any] = ()) -> None:
         self.settings = settings
-        self.agent_path = agent if isinstance(agent, str) else None
-        self.agent = load_agent(agent) if isinstance(agent, str) else agent
-        self.hooks = list(hooks)
         cfg = settings.runner
+        self.mode = agent_mode(cfg, agent, hooks)
+        self.agent_path = agent if isinstance(agent, str) else None
+        self.agent: LitAgent[Any] | None = None
+        """The agent, in-process only: the other modes never import its code here."""
+        if self.mode == "in-process":
+            self.agent = load_agent(agent) if isinstance(agent, str) else agent
+        self.hooks = list(hooks)
         self.worker_ids = [f"{cfg.worker_prefix}-{i}" for i in range(cfg.slots)]
         self.store: Store | None = None
         self.tracer: LogTracer | None = None
         self.heartbeat: Heartbeat | None = None
         self.dispatcher: Dispatcher | None = None
+        self.host: AgentHost | None = None
+        """The agent host (``host`` mode; ``isolate`` starts one only to check that the agent loads)."""
+        self.spans_stored: dict[str, float] = {}
+        """rollout id -> ``time.monotonic()`` of its last stored spans (the heartbeat's sign of life)."""
         self.finished = 0
         self._busy_reports: set[asyncio.Task[None]] = set()
-        if cfg.isolate and self.agent_path is None:
-            raise ValueError("--isolate needs the agent as an import path ('module:attr')")
 
     async def __aenter__(self) -> Runner:
-        nats = self.settings.nats.model_copy(update={"dequeue_wait_s": self.settings.runner.claim_wait_s})
-        self.store = await connect(settings=nats, name="voltbus-runner")
+        cfg = self.settings.runner
+        try:
+            if self.agent is None:  # the agent loads in a host process (before the bus), or this runner does not start
+                assert self.agent_path is not None
+                nats = self.settings.nats
+                limits = SpanLimits(span_value_max_bytes=nats.span_value_max_bytes, span_max_bytes=nats.span_max_bytes)
+                self.host = AgentHost(None, self.agent_path, cfg.slots, limits)
+                await self.host.ensure()
+                if self.mode == "isolate":
+                    await self.host.close()
+                self.spans_stored = self.host.published
+            nats = self.settings.nats.model_copy(update={"dequeue_wait_s": cfg.claim_wait_s})
+            self.store = await connect(settings=nats, name="voltbus-runner")
+            if self.host is not None:
+                self.host.attach(self.store)
+            await self._open(self.store)
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self
+
+    async def _open(self, store: Store) -> None:
         cfg = self.settings.runner
         if "worker_prefix" not in cfg.model_fields_set:  # Worker-<n>, numbered across every runner of the bus
-            last = await self.store.log.next_sequence(WORKER_NUMBERS, cfg.slots)
+            last = await store.log.next_sequence(WORKER_NUMBERS, cfg.slots)
             self.worker_ids = [f"{cfg.worker_prefix}-{n}" for n in range(last - cfg.slots, last)]
-        await open_sessions(self.store, self.worker_ids)  # before any claim: settle what a previous process left
-        self.dispatcher = Dispatcher(self.store, report_claims=self.settings.runner.busy_report_s == 0)
-        self.tracer = LogTracer(self.store)
-        set_active_tracer(self.tracer)
-        instrument_openai(self.tracer)
-        self.agent.set_runner(self)
-        self.heartbeat = Heartbeat(self.settings.nats, self.worker_ids, self.settings.runner.heartbeat_s)
-        self.heartbeat.main = (asyncio.get_running_loop(), self.store)
-        self.heartbeat.spans_stored = self.tracer.published
+        await open_sessions(store, self.worker_ids)  # before any claim: settle what a previous process left
+        self.dispatcher = Dispatcher(store, report_claims=cfg.busy_report_s == 0)
+        if self.agent is not None:
+            if cfg.mode == "in-process":
+                log.warning("%s: for trusted agents only)", SHARED_CREDENTIALS)
+            else:  # Trainer.fit, a library caller: the agent is already code of this process
+                log.info("the agent is an object of this process (or hooks were given): it runs in-process")
+            self.tracer = LogTracer(store)
+            set_active_tracer(self.tracer)
+            instrument_openai(self.tracer)
+            self.agent.set_runner(self)
+            self.spans_stored = self.tracer.published
+        self.heartbeat = Heartbeat(self.settings.nats, self.worker_ids, cfg.heartbeat_s)
+        self.heartbeat.main = (asyncio.get_running_loop(), store)
+        self.heartbeat.spans_stored = self.spans_stored
         self.heartbeat.start()
-        return self
 
     async def __aexit__(self, *_: object) -> None:
         for task in list(self._busy_reports):
@@ -80,34 +135,41 @@ class Runner:
         await asyncio.gather(*self._busy_reports, return_exceptions=True)
         if self.heartbeat:
             await asyncio.to_thread(self.heartbeat.stop)
-        uninstrument_openai()
-        clear_active_tracer()
+        if self.host:
+            await self.host.close()
         if self.tracer:
+            uninstrument_openai()
+            clear_active_tracer()
             self.tracer.shutdown()
         if self.store:
             await self.store.close()
 
     async def run_one(self, rollout: AttemptedRollout, worker_id: str, raise_errors: bool = False) -> None:
-        """Run one claimed rollout in this process or, with isolation, in a child process."""
-        assert self.store is not None and self.tracer is not None and self.heartbeat is not None
+        """Run one claimed rollout in the agent host, in a process of its own, or in this process."""
+        assert self.store is not None and self.heartbeat is not None
         self.heartbeat.active[worker_id] = (rollout.rollout_id, rollout.attempt.attempt_id)
         key = agent_key_for(self.settings.gateway, rollout.rollout_id)
         delay = self.settings.runner.busy_report_s  # 0: the claim reported it busy already
         loop = asyncio.get_running_loop()
         busy = loop.call_later(delay, self._report_busy, worker_id, rollout.rollout_id) if delay else None
         try:
-            if self.settings.runner.isolate and self.agent_path:
+            if self.mode == "host":
+                assert self.host is not None
+                await self.host.run(rollout, key)
+            elif self.mode == "isolate":
+                assert self.agent_path is not None
                 gateway = self.settings.runner.gateway_url
                 env = agl_environment(gateway, rollout, key) if gateway else None
-                await run_isolated(self.store, self.agent_path, rollout, env, key)
+                await run_isolated(self.store, self.agent_path, rollout, env, key, self.spans_stored)
             else:
+                assert self.agent is not None and self.tracer is not None
                 agent, hooks = self.agent, self.hooks
                 await run_rollout(self.store, self.tracer, agent, rollout, hooks, self, raise_errors, key)
         finally:
             if busy is not None:
                 busy.cancel()
             self.heartbeat.active.pop(worker_id, None)
-            self.tracer.published.pop(rollout.rollout_id, None)
+            self.spans_stored.pop(rollout.rollout_id, None)
             self.finished += 1
 
     def _report_busy(self, worker_id: str, rollout_id: str) -> None:
@@ -157,7 +219,7 @@ class Runner:
     async def run(self, stop: asyncio.Event, max_rollouts: int | None = None) -> None:
         """Run every slot until ``stop``; running rollouts get ``shutdown_grace_s`` to finish, then end failed."""
         assert self.dispatcher is not None
-        flusher = asyncio.create_task(self.flush_spans())
+        flusher = asyncio.create_task(self.flush_spans() if self.tracer else asyncio.sleep(0))
         halt = asyncio.Event()  # stop, or every slot is done
         relay = asyncio.create_task(_relay(stop, halt))
         dispatching = asyncio.create_task(self.dispatcher.run(halt))
@@ -192,6 +254,10 @@ class Runner:
         await self.run_one(started, self.worker_ids[0], raise_errors=True)
         final = await self.store.get_rollout_by_id(started.rollout_id)
         assert final is not None
+        if self.mode != "in-process" and final.status == "failed":
+            error = getattr(getattr(final, "attempt", None), "error", None) or {}
+            said = f"{error.get('type')}: {error.get('message')}" if error else "see its attempt"
+            raise AgentFailed(f"rollout {final.rollout_id} failed in the agent's process: {said}")
         return final
 
 
@@ -199,12 +265,8 @@ async def serve(settings: Settings, agent: str, stop: asyncio.Event | None = Non
     """``voltbus runner``: run until ``stop`` (SIGTERM / Ctrl-C in the CLI)."""
     stop = stop or asyncio.Event()
     async with Runner(settings, agent) as runner:
-        log.info(
-            "runner with %d slot(s) (%s) running %s",
-            len(runner.worker_ids),
-            "isolated" if settings.runner.isolate else "in-process",
-            agent,
-        )
+        where = {"host": "agent host", "isolate": "isolated"}.get(runner.mode, runner.mode)
+        log.info("runner with %d slot(s) (%s) running %s", len(runner.worker_ids), where, agent)
         await runner.run(stop)
 
 

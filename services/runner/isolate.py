@@ -61,7 +61,8 @@ def child_environment(parent: Mapping[str, str], extra: Mapping[str, str] | None
     return kept | dict(extra or {})
 
 
-def _exit_reason(code: int) -> str:
+def exit_reason(code: int) -> str:
+    """Why an agent process ended, from its exit status."""
     if code < 0:
         return f"the agent process was killed by signal {-code} ({signal.Signals(-code).name})"
     return f"the agent process exited with code {code} without ending its attempt"
@@ -86,9 +87,15 @@ def agl_environment(gateway_url: str, rollout: AttemptedRollout, key: str | None
 
 
 async def run_isolated(
-    store: Store, agent: str, rollout: AttemptedRollout, env: dict[str, str] | None = None, key: str | None = None
+    store: Store,
+    agent: str,
+    rollout: AttemptedRollout,
+    env: dict[str, str] | None = None,
+    key: str | None = None,
+    published: dict[str, float] | None = None,
 ) -> None:
-    """Run one rollout in a child process (with ``env`` added); kill its process group at the rollout's timeout."""
+    """Run one rollout in a child process (with ``env`` added); kill its process group at the rollout's timeout.
+    ``published``: where the times of its stored spans are kept (the heartbeat's signs of life)."""
     rid, aid, worker = rollout.rollout_id, rollout.attempt.attempt_id, rollout.attempt.worker_id
     try:
         resources = with_key(await resources_for(store, rollout), key)
@@ -121,7 +128,10 @@ async def run_isolated(
         raise
     os.close(requests_w)
     os.close(replies_r)
-    serving = asyncio.create_task(PipeServer(store, rollout, requests_r, replies_w).serve())
+    server = PipeServer(store, rollout, requests_r, replies_w)
+    if published is not None:
+        server.published = published
+    serving = asyncio.create_task(server.serve())
     try:
         await _watch(store, proc, rollout, msgspec.json.encode(job))
     finally:
@@ -151,5 +161,5 @@ async def _watch(store: Store, proc: asyncio.subprocess.Process, rollout: Attemp
         raise
     if proc.returncode:
         with contextlib.suppress(InvalidCommand):  # the child may have ended the attempt before dying
-            died = ErrorInfo(type="AgentProcessDied", message=_exit_reason(proc.returncode))
+            died = ErrorInfo(type="AgentProcessDied", message=exit_reason(proc.returncode))
             await store.finish_attempt(rid, aid, died, worker_id=rollout.attempt.worker_id)

@@ -1,11 +1,12 @@
-"""The isolated agent process's only way to the log: request frames to its runner over a pipe.
+"""An agent process's only way to the log (isolated child or agent host): request frames to its runner over a pipe.
 
-The child holds no bus credentials and no connection. Its ``PipeStore`` offers the few store calls a
+The process holds no bus credentials and no connection. Its ``PipeStore`` offers the few store calls a
 rollout makes (start and end its attempt, reserve span sequence ids, publish spans); each becomes a
-length-prefixed msgpack frame on one pipe, answered on another. The runner's ``PipeServer`` carries
-them out on its own store, and only for the child's own rollout and attempt: anything else is
-refused, logged, and nothing is appended. An agent can thus write to its own attempt only, which it
-can already do through the gateway's event route.
+length-prefixed msgpack frame on one pipe, answered (by id) on another. The runner's ``PipeServer``
+carries them out on its own store, and only for the attempts it assigned to that process (one for an
+isolated child; those running in an agent host): anything else is refused, logged, and nothing is
+appended. An agent can thus write to its own attempts only, which it can already do through the
+gateway's event route. An agent host also reports ``ready`` (its agent loaded) and each rollout ``done``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import itertools
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -68,7 +71,22 @@ class AddSpans(msgspec.Struct, kw_only=True, tag="add_spans", tag_field="op"):
     spans: list[Span]
 
 
-Request = UpdateAttempt | FinishAttempt | ExpireAttempt | NextSequence | SequenceIds | PublishSpans | AddSpans
+class Ready(msgspec.Struct, kw_only=True, tag="ready", tag_field="op"):
+    """An agent host loaded its agent (``error``: why it could not)."""
+
+    error: str | None = None
+
+
+class Done(msgspec.Struct, kw_only=True, tag="done", tag_field="op"):
+    """An agent host is done with a rollout it was given (its attempt ended, or could not be)."""
+
+    rollout_id: str
+    attempt_id: str
+
+
+Request = (
+    UpdateAttempt | FinishAttempt | ExpireAttempt | NextSequence | SequenceIds | PublishSpans | AddSpans | Ready | Done
+)
 
 
 class Call(msgspec.Struct, kw_only=True):
@@ -146,9 +164,7 @@ class PipeStore:
             if size > MAX_FRAME:
                 raise RequestFailed(f"a reply of {size} bytes")
             reply = msgspec.msgpack.decode(_read_exactly(self.replies_fd, size), type=Reply)
-        if reply.error is not None:
-            raise _ERRORS.get(reply.kind, RequestFailed)(reply.error)
-        return reply.value
+        return unwrap(reply)
 
     async def call(self, request: Request) -> Any:
         return await asyncio.to_thread(self.call_blocking, request)
@@ -183,8 +199,17 @@ class PipeStore:
         os.close(self.replies_fd)
 
 
+def unwrap(reply: Reply) -> Any:
+    """The reply's value; raise what the runner reported."""
+    if reply.error is not None:
+        raise _ERRORS.get(reply.kind, RequestFailed)(reply.error)
+    return reply.value
+
+
 def _touched(request: Request) -> list[tuple[str, str | None]]:
     """The (rollout, attempt) pairs a request acts on; None: the rollout only."""
+    if isinstance(request, Ready | Done):  # no write; a Done for a rollout the runner let go of already is moot
+        return []
     if isinstance(request, UpdateAttempt | FinishAttempt | ExpireAttempt):
         return [(request.rollout_id, request.attempt_id)]
     if isinstance(request, NextSequence):
@@ -196,47 +221,79 @@ def _touched(request: Request) -> list[tuple[str, str | None]]:
 
 
 class PipeServer:
-    """The runner's side: carries out one child's requests on ``store``, for its own attempt only."""
+    """The runner's side: carries out one agent process's requests on ``store``, for its assigned attempts only."""
 
-    def __init__(self, store: Store, rollout: AttemptedRollout, requests_fd: int, replies_fd: int) -> None:
-        self.store, self.rollout = store, rollout
+    def __init__(
+        self,
+        store: Store,
+        rollout: AttemptedRollout | None,
+        requests_fd: int,
+        replies_fd: int,
+        most_in_flight: int = 1,
+    ) -> None:
+        self.store = store
         self.requests_fd, self.replies_fd = requests_fd, replies_fd
+        self.assigned: dict[str, AttemptedRollout] = {rollout.rollout_id: rollout} if rollout else {}
+        """rollout id -> the attempt the process may write to (an agent host's change as its jobs come and go)."""
+        self.most_in_flight = most_in_flight
+        """Requests carried out at once (an agent host's slots wait on theirs concurrently)."""
         self.refused = 0
+        self.published: dict[str, float] = {}
+        """rollout id -> ``time.monotonic()`` of its last stored spans (the heartbeat's sign of life)."""
+        self.on_ready: Callable[[str | None], None] | None = None
+        self.on_done: Callable[[str, str], None] | None = None
 
     def refusal(self, request: Request) -> str | None:
-        """Why the request is refused, or None when it concerns the child's own attempt only."""
-        rid, aid = self.rollout.rollout_id, self.rollout.attempt.attempt_id
+        """Why the request is refused, or None when it concerns the process's assigned attempts only."""
         for r, a in _touched(request):
-            if r != rid or a not in (aid, None):
-                return (
-                    f"{type(request).__name__} for rollout {r!r} attempt {a!r}: the agent may only write to {rid}/{aid}"
-                )
+            held = self.assigned.get(r)
+            if held is None or a not in (held.attempt.attempt_id, None):
+                name = type(request).__name__
+                return f"{name} for rollout {r!r} attempt {a!r}: the agent may only write to {self._own()}"
         if isinstance(request, NextSequence) and not 1 <= request.count <= MAX_SEQUENCE_BATCH:
             return f"NextSequence of {request.count} ids"
         return None
 
+    def _own(self) -> str:
+        if len(self.assigned) == 1:
+            [held] = self.assigned.values()
+            return f"{held.rollout_id}/{held.attempt.attempt_id}"
+        return f"the {len(self.assigned)} attempts its runner gave it"
+
     async def perform(self, request: Request) -> Any:
         """Carry out an allowed request on the runner's store."""
-        store, rid, aid = self.store, self.rollout.rollout_id, self.rollout.attempt.attempt_id
-        if isinstance(request, UpdateAttempt):
-            await store.update_attempt(rid, aid, status=request.status)
-        elif isinstance(request, FinishAttempt):
-            await store.finish_attempt(rid, aid, request.error, worker_id=self.rollout.attempt.worker_id)
-        elif isinstance(request, ExpireAttempt):
-            await store.expire_attempt(rid, aid, request.status)
+        store = self.store
+        if isinstance(request, Ready):
+            if self.on_ready is not None:
+                self.on_ready(request.error)
+        elif isinstance(request, Done):
+            if self.on_done is not None:
+                self.on_done(request.rollout_id, request.attempt_id)
+        elif isinstance(request, UpdateAttempt | FinishAttempt | ExpireAttempt):
+            held = self.assigned[request.rollout_id]
+            rid, aid = held.rollout_id, held.attempt.attempt_id
+            if isinstance(request, UpdateAttempt):
+                await store.update_attempt(rid, aid, status=request.status)
+            elif isinstance(request, FinishAttempt):
+                await store.finish_attempt(rid, aid, request.error, worker_id=held.attempt.worker_id)
+            else:
+                await store.expire_attempt(rid, aid, request.status)
         elif isinstance(request, NextSequence):
-            return await store.log.next_sequence(rid, request.count)
+            return await store.log.next_sequence(request.rollout_id, request.count)
         elif isinstance(request, SequenceIds):
             return await store.get_many_span_sequence_ids(request.pairs)
-        elif isinstance(request, PublishSpans):
-            await store.log.publish_spans(request.events, batch=request.batch)
         else:
-            await store.add_many_spans(request.spans)
+            if isinstance(request, PublishSpans):
+                await store.log.publish_spans(request.events, batch=request.batch)
+            else:
+                await store.add_many_spans(request.spans)
+            now = time.monotonic()
+            for rid, _ in _touched(request):
+                self.published[rid] = now
         return None
 
     async def answer(self, body: bytes) -> Reply:
         """The reply to one request frame."""
-        rid, aid = self.rollout.rollout_id, self.rollout.attempt.attempt_id
         try:
             call = msgspec.msgpack.decode(body, type=Call)
         except msgspec.DecodeError as exc:
@@ -245,18 +302,18 @@ class PipeServer:
             problem = self.refusal(call.request)
         if call is None or problem is not None:
             self.refused += 1
-            log.warning("rollout_id=%s attempt_id=%s: refused the agent process's request: %s", rid, aid, problem)
+            log.warning("%s: refused the agent process's request: %s", self._own(), problem)
             return Reply(id=call.id if call else 0, error=f"refused: {problem}", kind="refused")
         try:
             return Reply(id=call.id, value=await self.perform(call.request))
         except InvalidCommand as exc:
             return Reply(id=call.id, error=f"{type(exc).__name__}: {exc}", kind="invalid")
         except Exception as exc:
-            log.warning("rollout_id=%s attempt_id=%s: agent request failed: %s: %s", rid, aid, type(exc).__name__, exc)
+            log.warning("%s: agent request failed: %s: %s", self._own(), type(exc).__name__, exc)
             return Reply(id=call.id, error=f"{type(exc).__name__}: {exc}", kind="failed")
 
     async def serve(self) -> None:
-        """Answer requests until the child closes its end (or breaks the protocol)."""
+        """Answer requests (``most_in_flight`` at once) until the process closes its end or breaks the protocol."""
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=MAX_FRAME)
         read_t, _ = await loop.connect_read_pipe(
@@ -266,21 +323,36 @@ class PipeServer:
             asyncio.streams.FlowControlMixin, os.fdopen(self.replies_fd, "wb", buffering=0)
         )
         writer = asyncio.StreamWriter(write_t, write_p, None, loop)
+        room = asyncio.Semaphore(self.most_in_flight)
+        answering: set[asyncio.Task[None]] = set()
         try:
             while (body := await self._next(reader)) is not None:
-                writer.write(frame(msgspec.msgpack.encode(await self.answer(body))))
-                await writer.drain()  # a child that stops reading stalls only this task
-        except (ConnectionError, BrokenPipeError):
-            return
+                await room.acquire()  # a process that floods requests waits here, as does its pipe
+                task = asyncio.create_task(self._reply(body, writer, room))
+                answering.add(task)
+                task.add_done_callback(answering.discard)
+            await asyncio.gather(*answering, return_exceptions=True)
         finally:
+            for task in answering:
+                task.cancel()
+            await asyncio.gather(*answering, return_exceptions=True)
             read_t.close()
             write_t.close()
+
+    async def _reply(self, body: bytes, writer: asyncio.StreamWriter, room: asyncio.Semaphore) -> None:
+        try:
+            writer.write(frame(msgspec.msgpack.encode(await self.answer(body))))
+            await writer.drain()  # a process that stops reading stalls only its own requests
+        except (ConnectionError, BrokenPipeError):  # it is gone: its end closed the pipe
+            return
+        finally:
+            room.release()
 
     async def _next(self, reader: asyncio.StreamReader) -> bytes | None:
         try:
             size = int.from_bytes(await reader.readexactly(4), "big")
             if size > MAX_FRAME:
-                log.warning("rollout_id=%s: a request frame of %d bytes; pipe closed", self.rollout.rollout_id, size)
+                log.warning("%s: a request frame of %d bytes; pipe closed", self._own(), size)
                 return None
             return await reader.readexactly(size)
         except asyncio.IncompleteReadError:

@@ -206,6 +206,13 @@ class LogTracer:
         self.published[rid] = time.monotonic()
         return sum(isinstance(e, SpanRecorded) for e in events)
 
+    def discard(self, rollout_id: str) -> int:
+        """Drop a rollout's queued spans (it ended where they can no longer be stored); return how many."""
+        self._drain()
+        unsent = self.unsent.pop(rollout_id, [])
+        self.backoff.pop(rollout_id, None)
+        return len(self.pending.pop(rollout_id, [])) + sum(isinstance(e, SpanRecorded) for e in unsent)
+
     def shutdown(self) -> None:
         """Stop the provider."""
         self.provider.shutdown()

@@ -13,7 +13,7 @@ from voltbus.schemas.resources import PromptTemplate
 from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.schemas.spans import RewardReported, SpanRecorded
 from voltbus.services.eventlog import Envelope
-from voltbus.services.runner.app import Runner
+from voltbus.services.runner.app import AgentFailed, Runner
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store
 
@@ -120,12 +120,15 @@ async def test_isolated_agent_that_kills_itself_fails_with_the_reason(
 
 
 async def test_step_runs_one_task_and_raises(store: Store, nats_settings: NatsSettings) -> None:
-    async with Runner(runner_settings(nats_settings), f"{AGENTS}:raises") as runner:
-        with pytest.raises(ValueError, match="cannot solve"):
+    async with Runner(runner_settings(nats_settings, agents="in-process"), f"{AGENTS}:raises") as runner:
+        with pytest.raises(ValueError, match="cannot solve"):  # the agent's own exception, in this process
+            await runner.step({"q": 1})
+    async with Runner(runner_settings(nats_settings), f"{AGENTS}:raises") as runner:  # the agent host
+        with pytest.raises(AgentFailed, match="ValueError: cannot solve"):
             await runner.step({"q": 1})
     async with Runner(runner_settings(nats_settings), f"{AGENTS}:returns_float") as runner:
         done = await runner.step({"q": 2})
-    assert done.status == "succeeded" and done.attempt.worker_id == "Worker-1"  # the second runner's first slot
+    assert done.status == "succeeded" and done.attempt.worker_id == "Worker-2"  # the third runner's first slot
 
 
 async def test_openai_client_calls_are_captured_with_token_ids(store: Store, nats_settings: NatsSettings) -> None:

@@ -164,6 +164,11 @@ class RunnerSettings(BaseModel):
     ``isolate``: one such process per rollout, killed at the rollout's timeout (a Python start per rollout).
     ``in-process``: in the runner's process, which holds the bus credentials: for trusted agents only (it warns).
     An agent object given to ``Runner`` (``Trainer.fit``) already lives in its caller's process and runs there."""
+    agent_user: str | None = None
+    """OS user (a name or a uid) that agent processes (the agent host, isolated rollouts) run as, when the runner
+    runs as root (compose's image does): they can then not read the runner's credentials file (mode 0600), which
+    the scrubbed environment does not hide (``VOLTBUS_RUNNER__AGENT_USER``; compose sets ``nobody``). None: the
+    runner's own user."""
     isolate: bool = False
     """Run each rollout in its own process, killed (whole process group) at the rollout's timeout: ``agents =
     "isolate"``, whatever ``agents`` says (``--isolate``)."""

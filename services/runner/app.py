@@ -92,7 +92,7 @@ class Runner:
                 assert self.agent_path is not None
                 nats = self.settings.nats
                 limits = SpanLimits(span_value_max_bytes=nats.span_value_max_bytes, span_max_bytes=nats.span_max_bytes)
-                self.host = AgentHost(None, self.agent_path, cfg.slots, limits)
+                self.host = AgentHost(None, self.agent_path, cfg.slots, limits, cfg.agent_user)
                 await self.host.ensure()
                 if self.mode == "isolate":
                     await self.host.close()
@@ -160,7 +160,8 @@ class Runner:
                 assert self.agent_path is not None
                 gateway = self.settings.runner.gateway_url
                 env = agl_environment(gateway, rollout, key) if gateway else None
-                await run_isolated(self.store, self.agent_path, rollout, env, key, self.spans_stored)
+                user = self.settings.runner.agent_user
+                await run_isolated(self.store, self.agent_path, rollout, env, key, self.spans_stored, user)
             else:
                 assert self.agent is not None and self.tracer is not None
                 agent, hooks = self.agent, self.hooks

@@ -26,7 +26,7 @@ from voltbus.schemas.rollouts import ErrorInfo
 from voltbus.store import AttemptedRollout, Store
 
 from .execute import CANCELLED, MissingResources, error_info, resources_for, with_key
-from .isolate import child_environment, exit_reason
+from .isolate import as_user, child_environment, exit_reason
 from .loader import AgentLoadError
 from .pipe import PipeServer, SpanLimits, frame
 
@@ -103,8 +103,10 @@ class _Process:
 class AgentHost:
     """The runner's side of its agent host: starts it (again after it died), hands it rollouts, stops it."""
 
-    def __init__(self, store: Store | None, agent: str, slots: int, limits: SpanLimits) -> None:
-        self.store, self.agent, self.slots, self.limits = store, agent, slots, limits
+    def __init__(
+        self, store: Store | None, agent: str, slots: int, limits: SpanLimits, user: str | None = None
+    ) -> None:
+        self.store, self.agent, self.slots, self.limits, self.user = store, agent, slots, limits, user
         self.current: _Process | None = None
         self.published: dict[str, float] = {}
         """rollout id -> ``time.monotonic()`` of its last spans stored through the host (the heartbeat's)."""
@@ -139,7 +141,7 @@ class AgentHost:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "voltbus.services.runner.host_process", *map(str, theirs),
                 stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
-                env=child_environment(os.environ), pass_fds=theirs,
+                env=child_environment(os.environ), pass_fds=theirs, **as_user(self.user),  # type: ignore[arg-type]
             )  # fmt: skip
         except BaseException:
             for fd in (requests_r, replies_w, jobs_w):

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import pwd
 import signal
 import sys
 from collections.abc import Mapping
@@ -61,6 +62,26 @@ def child_environment(parent: Mapping[str, str], extra: Mapping[str, str] | None
     return kept | dict(extra or {})
 
 
+def as_user(user: str | None) -> dict[str, object]:
+    """``create_subprocess_exec`` arguments that start an agent process as ``user`` (with its group and no other):
+    none when ``user`` is None. A user that does not exist, or a runner that may not switch to it, fails here.
+
+    >>> as_user(None)
+    {}
+    """
+    if user is None:
+        return {}
+    try:
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except KeyError:
+        raise InvalidCommand(f"runner.agent_user {user!r}: no such user on this machine") from None
+    if os.geteuid() != 0 and entry.pw_uid != os.geteuid():
+        raise InvalidCommand(
+            f"runner.agent_user {user!r}: only a runner started as root can run agents as another user"
+        )
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
 def exit_reason(code: int) -> str:
     """Why an agent process ended, from its exit status."""
     if code < 0:
@@ -93,6 +114,7 @@ async def run_isolated(
     env: dict[str, str] | None = None,
     key: str | None = None,
     published: dict[str, float] | None = None,
+    user: str | None = None,
 ) -> None:
     """Run one rollout in a child process (with ``env`` added); kill its process group at the rollout's timeout.
     ``published``: where the times of its stored spans are kept (the heartbeat's signs of life)."""
@@ -121,6 +143,7 @@ async def run_isolated(
             start_new_session=True,
             env=child_environment(os.environ, env),
             pass_fds=(requests_w, replies_r),
+            **as_user(user),  # type: ignore[arg-type]
         )
     except BaseException:
         for fd in (requests_r, requests_w, replies_r, replies_w):

@@ -168,3 +168,16 @@ async def test_in_process_is_an_opt_in_that_warns(
         assert len(warned) == (agents == "in-process"), agents
     assert pids["in-process"] == [float(os.getpid())]
     assert pids["host"] != pids["in-process"]
+
+
+def test_agent_user_resolves_to_a_uid_and_its_group_or_is_refused_by_name() -> None:
+    """``runner.agent_user``: agents as another OS user, so that they cannot read the runner's credentials file."""
+    import pwd
+
+    from voltbus.schemas.errors import InvalidCommand
+    from voltbus.services.runner.isolate import as_user
+
+    me = pwd.getpwuid(os.geteuid())
+    assert as_user(me.pw_name) == as_user(str(me.pw_uid)) == {"user": me.pw_uid, "group": me.pw_gid, "extra_groups": []}
+    with pytest.raises(InvalidCommand, match="no such user"):
+        as_user("no-such-user-voltbus")

@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_for
+from tests.services.runner.conftest import runner_settings  # a runner as voltbus runner starts one, fast beats
 from voltbus.schemas.resources import PromptTemplate
 from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.schemas.spans import SpanRecorded
 from voltbus.services.eventlog import Envelope, EventLog
 from voltbus.services.natsserver import NatsServer
 from voltbus.services.runner.app import SHARED_CREDENTIALS, Runner
-from voltbus.services.settings import NatsSettings, RunnerSettings, Settings
+from voltbus.services.settings import NatsSettings, Settings
 from voltbus.store import Store, connect
 
 from .test_bus_permissions import admin_log, auth_dir, role_settings, secured_server  # noqa: F401
@@ -39,11 +40,6 @@ async def store(nats_settings: NatsSettings) -> AsyncIterator[Store]:
     await client.add_resources(RESOURCES)
     yield client
     await client.close()
-
-
-def default_runner(nats: NatsSettings, **runner: object) -> Settings:
-    """A runner as ``voltbus runner`` starts one (agents left at their default), with fast claims and beats."""
-    return Settings(nats=nats, runner=RunnerSettings(**{"claim_wait_s": 0.2, "heartbeat_s": 0.2, **runner}))  # type: ignore[arg-type]
 
 
 async def run_until_done(settings: Settings, agent: str, store: Store, rollout_ids: list[str]) -> list:
@@ -72,7 +68,7 @@ async def test_agent_in_the_default_runner_finds_no_bus_credentials(
         await store.add_resources(RESOURCES)
         dump = tmp_path / "seen.json"
         rollout = await store.enqueue_rollout({"url": secured_server.url, "dump": str(dump)})
-        settings = default_runner(runner_nats)
+        settings = runner_settings(runner_nats)
         assert settings.runner.mode == "host"
         [done] = await run_until_done(settings, f"{AGENTS}:credential_hunter", store, [rollout.rollout_id])
         assert done.status == "succeeded", done.attempt.error
@@ -102,7 +98,7 @@ async def test_forged_requests_for_another_rollout_are_refused(
         rollout = await store.enqueue_rollout(task)
         with caplog.at_level(logging.WARNING, logger="voltbus.services.runner.pipe"):
             [done] = await run_until_done(
-                default_runner(nats_settings), f"{AGENTS}:forger", store, [rollout.rollout_id]
+                runner_settings(nats_settings), f"{AGENTS}:forger", store, [rollout.rollout_id]
             )
         assert done.status == "succeeded", done.attempt.error
         assert await rewards_of(store.log, rollout.rollout_id) == [1.0], dump.read_text()
@@ -133,7 +129,7 @@ async def test_a_killed_host_fails_its_attempts_and_a_new_host_takes_over(
     )
     once = await store.enqueue_rollout({"pidfile": str(pidfile)})
     stop = asyncio.Event()
-    async with Runner(default_runner(nats_settings, slots=2), f"{AGENTS}:waits_on_first_attempt") as runner:
+    async with Runner(runner_settings(nats_settings, slots=2), f"{AGENTS}:waits_on_first_attempt") as runner:
         running = asyncio.create_task(runner.run(stop))
         await wait_for(lambda: len(pids_in(pidfile)) == 2, timeout=60, what="both rollouts in the host")
         [(host, _), (same, _)] = pids_in(pidfile)
@@ -161,7 +157,7 @@ async def test_in_process_is_an_opt_in_that_warns(
     for agents in ("host", "in-process"):
         rollout = await store.enqueue_rollout({"q": agents})
         with caplog.at_level(logging.WARNING, logger="voltbus.services.runner.app"):
-            settings = default_runner(nats_settings, agents=agents)
+            settings = runner_settings(nats_settings, agents=agents)
             await run_until_done(settings, f"{AGENTS}:reports_its_pid", store, [rollout.rollout_id])
         pids[agents] = await rewards_of(store.log, rollout.rollout_id)
         warned = [r for r in caplog.records if r.message.startswith(SHARED_CREDENTIALS)]

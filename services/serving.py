@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import resource
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,12 +19,31 @@ from .http11 import LimitedProtocol
 from .natsserver import check_port
 from .settings import HttpSettings
 
+log = logging.getLogger(__name__)
+
 
 def free_port() -> int:
     """A loopback port nothing listens on right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+FILES_BESIDE = 256
+"""Open files a service needs besides its HTTP connections (the bus, DuckDB, pipes, upstream pools)."""
+
+
+def room_for(files: int) -> None:
+    """Raise the process's soft open-file limit towards ``files`` (up to the hard limit): with a soft limit of 1024,
+    ``accept`` failed (EMFILE) before ``http.max_connections`` applied; a lower hard limit is logged."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = files if hard == resource.RLIM_INFINITY else min(files, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    if hard != resource.RLIM_INFINITY and hard < files:
+        log.warning(
+            "the open-file limit is %d, below http.max_connections + %d: lower one or raise it", hard, FILES_BESIDE
+        )
 
 
 def build_server(
@@ -32,6 +53,7 @@ def build_server(
     WebSocket upgrades (no service has one), warnings only. ``config``: more ``uvicorn.Config`` arguments
     (``ssl_certfile`` and ``ssl_keyfile`` serve HTTPS)."""
     protocol = functools.partial(LimitedProtocol, limits=http)
+    room_for(http.max_connections + FILES_BESIDE)
     cfg = uvicorn.Config(
         app,
         host=host,

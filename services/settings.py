@@ -175,7 +175,8 @@ class HttpSettings(BaseModel):
     it above the gateway's 4 s reuse of its connections to the engines."""
     max_connections: int = Field(default=2048, ge=1)
     """Open connections at most, idle and slow ones included; one past it is answered 503 and closed at
-    once. Keep it below the process's open-file limit (``ulimit -n``)."""
+    once. Each service raises its soft open-file limit to this plus 256 when the hard limit (``ulimit -Hn``)
+    allows, and warns when it does not."""
 
 
 class Settings(BaseSettings):

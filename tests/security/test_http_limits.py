@@ -329,3 +329,19 @@ async def test_bodies_that_are_not_utf8_get_400_and_the_connection_is_kept(
     conn.close()
     if name == "gateway":
         assert len(g.engine.received) == 1  # only the good call reached the engine
+
+
+def test_a_service_raises_its_open_file_limit_to_fit_its_connection_cap() -> None:
+    """With a soft limit of 1024 (a common default), accept() failed with EMFILE before max_connections applied."""
+    import resource
+
+    from voltbus.services.serving import FILES_BESIDE, room_for
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+        room_for(1000 + FILES_BESIDE)
+        wanted = 1000 + FILES_BESIDE if hard == resource.RLIM_INFINITY else min(1000 + FILES_BESIDE, hard)
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (wanted, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

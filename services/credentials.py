@@ -18,6 +18,7 @@ SECRETS: dict[str, str] = {
     "key_secret": "the gateway key secret (per-rollout agent keys)",
     "admin_key": "the gateway admin key",
     "sql_token": "the projector's SQL token",
+    "inference_admin_key": "the inference server's admin key (weight swaps, pause)",
 }
 """Every generated secret and what it is, in a few words."""
 
@@ -26,6 +27,7 @@ PLACES: dict[str, tuple[str, tuple[str, ...]]] = {
     "VOLTBUS_GATEWAY__ADMIN_KEY": ("admin_key", ("gateway", "admin")),
     "VOLTBUS_LEARNER__GATEWAY_ADMIN_KEY": ("admin_key", ("learner", "admin")),
     "VOLTBUS_PROJECTOR__TOKEN": ("sql_token", tuple(ROLES)),
+    "VOLTBUS_INFERENCE__ADMIN_KEY": ("inference_admin_key", ("inference", "admin")),
 }
 """Each variable written: the secret it holds and the roles whose env file holds it. The runner derives
 each rollout's agent key from the key secret; the learner pauses the gateway with the admin key; every

@@ -287,6 +287,9 @@ class InferenceSettings(BaseModel):
     """Name clients put in ``model``; default: the model directory's name."""
     host: str = "127.0.0.1"
     """Interface the server listens on."""
+    admin_key: str | None = None
+    """Bearer token required by ``/update_weights``, ``/pause`` and ``/resume`` (401 without it); ``voltbus up`` and
+    compose generate it (``inference.env``, ``admin.env``). None: those routes need none (loopback callers)."""
     allowed_hosts: list[str] = Field(default_factory=list)
     """Host names the server answers besides loopback ones and ``host`` (400 for any other ``Host``: no web page
     reaches it through DNS rebinding), e.g. ``["inference"]`` in compose; ``*.domain`` patterns allowed."""

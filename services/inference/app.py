@@ -91,7 +91,8 @@ def build_app(settings: Settings) -> ASGIApp:
                     await task
 
     cfg = settings.inference
-    return guard(Starlette(routes=routes(), lifespan=lifespan), cfg.host, cfg.allowed_hosts)
+    app = Starlette(routes=routes(), lifespan=lifespan)
+    return guard(app, cfg.host, cfg.allowed_hosts, cfg.admin_key, frozenset({"/update_weights", "/pause", "/resume"}))
 
 
 async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:

@@ -16,3 +16,15 @@ def test_a_web_page_cannot_swap_or_pause_the_policy(server: str) -> None:
     chat = {"model": before["data"][0]["id"], "messages": [{"role": "user", "content": "1+1="}], "max_tokens": 2}
     assert httpx.post(f"{server}/v1/chat/completions", json=chat, timeout=60).status_code == 200  # not paused
     assert httpx.get(f"{server}/v1/models").json() == before
+
+
+def test_weight_swaps_and_pauses_need_the_admin_key_when_one_is_set(make_server) -> None:
+    url = make_server(admin_key="inference-admin")
+    for path in ("/pause", "/resume", "/update_weights"):
+        assert httpx.post(f"{url}{path}", json={}).status_code == 401, path
+        assert httpx.post(f"{url}{path}", json={}, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert httpx.get(f"{url}/is_paused").json() == {"is_paused": False}
+    admin = {"Authorization": "Bearer inference-admin"}
+    assert httpx.post(f"{url}/pause", headers=admin).json() == {"is_paused": True}
+    assert httpx.post(f"{url}/resume", headers=admin).json() == {"is_paused": False}
+    assert httpx.get(f"{url}/v1/models").status_code == 200  # serving needs no key

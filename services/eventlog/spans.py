@@ -16,7 +16,7 @@ from nats.js import JetStreamContext
 from nats.js.api import Header
 
 from voltbus.schemas.base import SCHEMA_VERSION, derive_id
-from voltbus.schemas.errors import PublishFailed
+from voltbus.schemas.errors import PermissionDenied, PublishFailed
 
 from .append import Message, settle
 from .connection import refused, watch_refusals
@@ -75,10 +75,8 @@ async def _window(
             failed.append(m)
         else:
             highest = max(highest, fut.result().seq)
-    if denial.done():
-        lowered = denial.result()
-        ids = [i for m in failed if m.subject.lower() == lowered for i in m.event_ids]
-        raise refused(nc, lowered, [m.subject for m in failed], ids)
+    if denial.done():  # every event of the window not acknowledged is named, the refused subject's and the others'
+        raise refused(nc, denial.result(), [m.subject for m in failed], [i for m in failed for i in m.event_ids])
     return failed, highest
 
 
@@ -91,7 +89,11 @@ async def publish_pipelined(
     for attempt in range(retries + 1):
         failed: list[Message] = []
         for start in range(0, len(pending), window):
-            lost, acked = await _window(nc, js, pending[start : start + window], timeout)
+            try:
+                lost, acked = await _window(nc, js, pending[start : start + window], timeout)
+            except PermissionDenied as exc:  # the windows not sent are not stored either: name them too
+                later = [i for m in pending[start + window :] for i in m.event_ids]
+                raise PermissionDenied(exc.user, exc.subject, exc.event_ids + later) from None
             failed += lost
             highest = max(highest, acked)
         if not failed:

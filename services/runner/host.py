@@ -221,7 +221,7 @@ class AgentHost:
             raise
         finally:
             host.pending.pop(rid, None)
-            host.server.assigned.pop(rid, None)
+            host.server.release(rid)
             self.published.pop(rid, None)
 
     async def _wait(self, host: _Process, rollout: AttemptedRollout, fut: asyncio.Future[None]) -> None:

@@ -12,6 +12,7 @@ gateway's event route. An agent host also reports ``ready`` (its agent loaded) a
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import os
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 MAX_FRAME = 64 * 1024 * 1024
 """The largest frame either side accepts (bytes)."""
 MAX_SEQUENCE_BATCH = 100_000
+RAN_KEPT = 4096
+"""Rollouts whose past attempts a process may still store telemetry for (``PipeServer.ran``)."""
 """The most span sequence ids one request may reserve."""
 
 
@@ -235,6 +238,9 @@ class PipeServer:
         self.requests_fd, self.replies_fd = requests_fd, replies_fd
         self.assigned: dict[str, AttemptedRollout] = {rollout.rollout_id: rollout} if rollout else {}
         """rollout id -> the attempt the process may write to (an agent host's change as its jobs come and go)."""
+        self.ran: collections.OrderedDict[str, set[str]] = collections.OrderedDict()
+        """rollout id -> attempts the process ran and was let go of (the latest ``RAN_KEPT`` rollouts): their
+        telemetry still queued in the process (spans a bus outage held back) may be stored, nothing else."""
         self.most_in_flight = most_in_flight
         """Requests carried out at once (an agent host's slots wait on theirs concurrently)."""
         self.refused = 0
@@ -243,10 +249,23 @@ class PipeServer:
         self.on_ready: Callable[[str | None], None] | None = None
         self.on_done: Callable[[str, str], None] | None = None
 
+    def release(self, rollout_id: str) -> None:
+        """The process no longer runs ``rollout_id``'s attempt: it may still store that attempt's telemetry."""
+        held = self.assigned.pop(rollout_id, None)
+        if held is not None:
+            self.ran.setdefault(rollout_id, set()).add(held.attempt.attempt_id)
+            self.ran.move_to_end(rollout_id)
+            while len(self.ran) > RAN_KEPT:
+                self.ran.popitem(last=False)
+
     def refusal(self, request: Request) -> str | None:
-        """Why the request is refused, or None when it concerns the process's assigned attempts only."""
+        """Why the request is refused, or None when it concerns the process's assigned attempts only (telemetry:
+        or attempts it ran before)."""
+        telemetry = isinstance(request, PublishSpans | AddSpans | SequenceIds | NextSequence)
         for r, a in _touched(request):
             held = self.assigned.get(r)
+            if telemetry and r in self.ran and (a is None or a in self.ran[r]):
+                continue
             if held is None or a not in (held.attempt.attempt_id, None):
                 name = type(request).__name__
                 return f"{name} for rollout {r!r} attempt {a!r}: the agent may only write to {self._own()}"

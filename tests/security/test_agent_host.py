@@ -177,3 +177,29 @@ def test_agent_user_resolves_to_a_uid_and_its_group_or_is_refused_by_name() -> N
     assert as_user(me.pw_name) == as_user(str(me.pw_uid)) == {"user": me.pw_uid, "group": me.pw_gid, "extra_groups": []}
     with pytest.raises(InvalidCommand, match="no such user"):
         as_user("no-such-user-voltbus")
+
+
+def test_telemetry_of_an_attempt_the_host_ran_is_stored_after_it_ends_and_nothing_else() -> None:
+    """Found by the reconnect fault test: spans a bus outage held back in the host, of an attempt that ended
+    meanwhile, were refused, and the next attempt's flush (which carries them) with them: the rollout failed."""
+    from voltbus.schemas import RewardReported
+    from voltbus.services.runner.pipe import FinishAttempt, NextSequence, PipeServer, PublishSpans
+    from voltbus.store import Attempt, AttemptedRollout
+
+    def attempt(aid: str) -> AttemptedRollout:
+        return AttemptedRollout(
+            rollout_id="ro-1", input=None, start_time=0,
+            attempt=Attempt(rollout_id="ro-1", attempt_id=aid, sequence_id=1, start_time=0),
+        )  # fmt: skip
+
+    def reward(aid: str, rollout: str = "ro-1") -> PublishSpans:
+        return PublishSpans(events=[RewardReported(event_id=f"rw-{aid}", rollout_id=rollout, attempt_id=aid, at=1.0)])
+
+    server = PipeServer(None, None, -1, -1)  # type: ignore[arg-type]  # only its rule is asked here
+    server.assigned["ro-1"] = attempt("at-1")
+    server.release("ro-1")
+    server.assigned["ro-1"] = attempt("at-2")  # the retry, on the same host
+    assert server.refusal(reward("at-1")) is None and server.refusal(reward("at-2")) is None
+    assert server.refusal(NextSequence(rollout_id="ro-1")) is None
+    assert server.refusal(FinishAttempt(rollout_id="ro-1", attempt_id="at-1")) is not None  # its end: never again
+    assert server.refusal(reward("at-9")) is not None and server.refusal(reward("at-1", "ro-2")) is not None

@@ -27,7 +27,7 @@ from voltbus.services.settings import NatsSettings, Settings
 from voltbus.store import Store, connect
 
 from .test_bus_permissions import admin_log, auth_dir, role_settings, secured_server  # noqa: F401
-from .test_isolated_agent import rewards_of
+from .test_isolated_agent import rewards_of, runner_secrets_in_environment
 
 AGENTS = "tests.security.host_agents"
 RESOURCES = {"prompt": PromptTemplate(template="Q: {question}", engine="f-string")}
@@ -59,10 +59,7 @@ async def test_agent_in_the_default_runner_finds_no_bus_credentials(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    runner_nats = role_settings(secured_server, auth_dir, "runner").model_copy(update={"request_timeout_s": 5.0})
-    assert runner_nats.password
-    monkeypatch.setenv("VOLTBUS_NATS__USER", "runner")  # as compose sets them: the agent must not inherit them
-    monkeypatch.setenv("VOLTBUS_NATS__PASSWORD", runner_nats.password)
+    runner_nats = runner_secrets_in_environment(secured_server, auth_dir, monkeypatch)
     store = await connect(settings=role_settings(secured_server, auth_dir, "admin"), name="admin")
     try:
         await store.add_resources(RESOURCES)

@@ -45,6 +45,20 @@ def test_the_child_job_has_no_bus_settings() -> None:
     assert not {"nats", "url", "user", "password", "token"} & set(ChildJob.__struct_fields__)
 
 
+def runner_secrets_in_environment(
+    server: NatsServer,
+    auth_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> NatsSettings:
+    """The runner user's settings, its user and password also in this process's environment (as compose sets
+    them): an agent must inherit neither."""
+    runner_nats = role_settings(server, auth_dir, "runner").model_copy(update={"request_timeout_s": 5.0})
+    assert runner_nats.password
+    monkeypatch.setenv("VOLTBUS_NATS__USER", "runner")
+    monkeypatch.setenv("VOLTBUS_NATS__PASSWORD", runner_nats.password)
+    return runner_nats
+
+
 async def test_isolated_agent_finds_no_bus_credentials(
     secured_server: NatsServer,  # noqa: F811
     auth_dir: Path,  # noqa: F811
@@ -52,10 +66,7 @@ async def test_isolated_agent_finds_no_bus_credentials(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    runner_nats = role_settings(secured_server, auth_dir, "runner").model_copy(update={"request_timeout_s": 5.0})
-    assert runner_nats.password
-    monkeypatch.setenv("VOLTBUS_NATS__USER", "runner")  # as compose sets them: the agent must not inherit them
-    monkeypatch.setenv("VOLTBUS_NATS__PASSWORD", runner_nats.password)
+    runner_nats = runner_secrets_in_environment(secured_server, auth_dir, monkeypatch)
     store = await connect(settings=role_settings(secured_server, auth_dir, "admin"), name="admin")
     try:
         await store.add_resources(RESOURCES)

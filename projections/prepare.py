@@ -19,6 +19,7 @@ from voltbus.schemas import codec
 from voltbus.schemas.subjects import aggregate_of
 from voltbus.services.eventlog import BadEvent, Envelope, Passed
 from voltbus.services.lifecycle import RolloutState, decider
+from voltbus.services.lifecycle.authority import refusal
 from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 
 from . import lean
@@ -201,6 +202,9 @@ class Preparer:
         before = self.states.get(rollout_id, _NONE)
         if before.attempts and rollout_id not in touched:  # as the last batch left it: those may have training rows
             cleared.update((rollout_id, a.attempt_id) for a in before.attempts if ended_status(a.status))
+        if (why := refusal(before, env.event, env.subject)) is not None:  # type: ignore[arg-type]
+            rows["quarantine"].append(parked("control", refused(env, why)))
+            return
         state = decider.evolve(before, env.event)  # type: ignore[arg-type]
         if state.status is not None:
             self.states[rollout_id] = state
@@ -219,6 +223,12 @@ def unapplied(item: Envelope | BadEvent, exc: BaseException) -> BadEvent:
         return item
     data = item.event.stored if lean.is_lean(item.event) else codec.encode(item.event)
     return BadEvent(seq=item.seq, subject=item.subject, data=data, reason=f"could not apply: {exc}", time=item.time)
+
+
+def refused(env: Envelope, why: str) -> BadEvent:
+    """A stored event the lifecycle does not record (``authority.refusal``), as a quarantined message."""
+    data = codec.encode(env.event)
+    return BadEvent(seq=env.seq, subject=env.subject, data=data, reason=f"refused: {why}", time=env.time)
 
 
 def parked(stream: str, bad: BadEvent) -> Row:

@@ -48,6 +48,8 @@ class StartRollout(Command, frozen=True, kw_only=True):
     """Free-form metadata."""
     worker_id: Id | None = None
     """The worker starting it."""
+    holder_key: str | None = None
+    """The claimant's public key, recorded on the attempt: only its holder may later start, end or update it."""
     at: Timestamp
     """Creation time."""
 
@@ -63,6 +65,8 @@ class ClaimRollout(Command, frozen=True, kw_only=True):
     """Event id of the queued/requeued message being claimed; a stale one loses."""
     worker_id: Id | None = None
     """The claiming worker."""
+    holder_key: str | None = None
+    """The claimant's public key, recorded on the attempt: only its holder may later start, end or update it."""
     at: Timestamp
     """Claim time."""
     start: bool = False
@@ -79,6 +83,8 @@ class StartAttempt(Command, frozen=True, kw_only=True):
     """Id for the new attempt."""
     worker_id: Id | None = None
     """The worker."""
+    holder_key: str | None = None
+    """The claimant's public key, recorded on the attempt: only its holder may later start, end or update it."""
     at: Timestamp
     """Start time."""
 
@@ -90,6 +96,8 @@ class MarkAttemptRunning(Command, frozen=True, kw_only=True):
     """The rollout."""
     attempt_id: Id
     """The attempt."""
+    holder_key: str | None = None
+    """The caller's public key: refused on an attempt another key holds (the store fills it in)."""
     at: Timestamp
     """When it was seen running."""
 
@@ -107,6 +115,8 @@ class FinishAttempt(Command, frozen=True, kw_only=True):
     """What went wrong, for a failure."""
     worker_id: Id | msgspec.UnsetType = msgspec.UNSET
     """The worker ending it; when set, only the worker holding the attempt may end it (self-declared)."""
+    holder_key: str | None = None
+    """The caller's public key: refused on an attempt another key holds (the store fills it in)."""
     at: Timestamp
     """End time."""
 
@@ -180,6 +190,8 @@ class UpdateAttempt(Command, frozen=True, kw_only=True):
     """New metadata (replaces the old)."""
     last_heartbeat_time: Timestamp | msgspec.UnsetType = msgspec.UNSET
     """A heartbeat time to record on the attempt."""
+    holder_key: str | None = None
+    """The caller's public key: refused on an attempt another key holds (the store fills it in)."""
     at: Timestamp
     """When."""
 

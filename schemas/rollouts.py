@@ -62,6 +62,10 @@ class RolloutQueued(Event, frozen=True, kw_only=True):
     """Free-form metadata from the producer; values are any JSON."""
     queued_at: Timestamp
     """When the rollout was queued (Agent Lightning's ``start_time``)."""
+    rules: int = 1
+    """The lifecycle rules the rollout was created under: 2 (this version on) stores ends by authority (timeouts,
+    unresponsive, cancel, unsigned final failure) only on the rollout's authority subject, which runners cannot
+    publish to; 1: a rollout from before that rule."""
 
 
 class RolloutRequeued(Event, frozen=True, kw_only=True):
@@ -97,6 +101,9 @@ class AttemptClaimed(Event, frozen=True, kw_only=True):
     running: bool = False
     """The claimant started the agent at once: the attempt is ``running`` from the claim on (its first
     heartbeat is the claim), and no ``AttemptStarted`` follows. False: ``preparing`` until one does."""
+    holder_key: str | None = None
+    """The claimant's Ed25519 public key (base64url): only events signed with it may start, end or update the
+    attempt (docs/security.md, "Attempt authority"). None: an unkeyed attempt, as before keys existed."""
 
 
 class AttemptStarted(Event, frozen=True, kw_only=True):
@@ -108,6 +115,9 @@ class AttemptStarted(Event, frozen=True, kw_only=True):
     """The attempt now running."""
     at: Timestamp
     """When it started running."""
+    holder_sig: str | None = None
+    """Ed25519 signature (base64url) of the attempt's holder over this event (``holder_sig`` left out); an
+    attempt claimed with a ``holder_key`` records only its holder's signed events."""
 
 
 class AttemptSucceeded(Event, frozen=True, kw_only=True):
@@ -119,6 +129,9 @@ class AttemptSucceeded(Event, frozen=True, kw_only=True):
     """The attempt that succeeded."""
     at: Timestamp
     """When it ended (the attempt's ``end_time``)."""
+    holder_sig: str | None = None
+    """Ed25519 signature (base64url) of the attempt's holder over this event (``holder_sig`` left out); an
+    attempt claimed with a ``holder_key`` records only its holder's signed events."""
 
 
 class AttemptFailed(Event, frozen=True, kw_only=True):
@@ -132,6 +145,9 @@ class AttemptFailed(Event, frozen=True, kw_only=True):
     """What the agent raised."""
     at: Timestamp
     """When it ended (the attempt's ``end_time``)."""
+    holder_sig: str | None = None
+    """Ed25519 signature (base64url) of the attempt's holder over this event (``holder_sig`` left out); an
+    attempt claimed with a ``holder_key`` records only its holder's signed events."""
 
 
 class AttemptTimedOut(Event, frozen=True, kw_only=True):
@@ -171,6 +187,9 @@ class RolloutFailed(Event, frozen=True, kw_only=True):
     """Human-readable cause."""
     at: Timestamp
     """When the rollout ended (its ``end_time``)."""
+    holder_sig: str | None = None
+    """The signature of ``attempt_id``'s holder when that worker failed it for good; None: an end by authority
+    (coordinator, learner), stored on the rollout's authority subject."""
 
 
 class RolloutCancelled(Event, frozen=True, kw_only=True):
@@ -205,6 +224,13 @@ class RolloutStarted(Event, frozen=True, kw_only=True):
     """The worker that started it, when known."""
     at: Timestamp
     """Creation time: the rollout's and attempt 1's ``start_time``."""
+    rules: int = 1
+    """The lifecycle rules the rollout was created under: 2 (this version on) stores ends by authority (timeouts,
+    unresponsive, cancel, unsigned final failure) only on the rollout's authority subject, which runners cannot
+    publish to; 1: a rollout from before that rule."""
+    holder_key: str | None = None
+    """The claimant's Ed25519 public key (base64url): only events signed with it may start, end or update the
+    attempt (docs/security.md, "Attempt authority"). None: an unkeyed attempt, as before keys existed."""
 
 
 class RolloutUpdated(Event, frozen=True, kw_only=True):
@@ -239,6 +265,9 @@ class AttemptUpdated(Event, frozen=True, kw_only=True):
     """A heartbeat time reported through ``update_attempt``, when given."""
     at: Timestamp
     """When it was updated."""
+    holder_sig: str | None = None
+    """Ed25519 signature (base64url) of the attempt's holder over this event (``holder_sig`` left out); an
+    attempt claimed with a ``holder_key`` records only its holder's signed events."""
 
 
 RolloutEvent = (

@@ -4,7 +4,9 @@ A topology is named by a namespace (``vb`` by default) so several deployments, o
 can share one nats-server without seeing each other's streams.
 
     control stream  <NS>_CTRL   <ns>.ro.<rollout>.q   dispatchable: queued, requeued
-                                <ns>.ro.<rollout>.e   every other rollout/attempt event
+                                <ns>.ro.<rollout>.e   the other rollout/attempt events of writers' own
+                                <ns>.ro.<rollout>.c   by authority: timeouts, unresponsive, cancel, updates,
+                                                      unsigned final failure (coordinator, learner only)
                                 <ns>.res.<name>       resource versions
                                 <ns>.run.<run>        training-run events
                                 <ns>.wk.<worker>      worker status
@@ -26,7 +28,16 @@ from .errors import InvalidId
 from .events import AnyEvent
 from .gateway import GatewayPaused, GatewayResumed
 from .resources import ResourcesPublished
-from .rollouts import RolloutEvent, RolloutQueued, RolloutRequeued
+from .rollouts import (
+    AttemptMarkedUnresponsive,
+    AttemptTimedOut,
+    RolloutCancelled,
+    RolloutEvent,
+    RolloutFailed,
+    RolloutQueued,
+    RolloutRequeued,
+    RolloutUpdated,
+)
 from .spans import AttemptHeartbeatSent, ModelCalled, RewardReported, SpanBatch, SpanRecorded
 from .training import CheckpointSaved, RunFinished, RunStarted, StepCompleted, StepStarted
 from .workers import WorkerStatusReported
@@ -101,7 +112,8 @@ class Topology(msgspec.Struct, frozen=True, kw_only=True):
     def control_subjects(self) -> list[str]:
         """Subjects captured by the control stream."""
         ns = self.namespace
-        return [f"{ns}.ro.*.q", f"{ns}.ro.*.e", f"{ns}.res.*", f"{ns}.run.*", f"{ns}.wk.*", f"{ns}.gw.*"]
+        rollouts = [f"{ns}.ro.*.q", f"{ns}.ro.*.e", f"{ns}.ro.*.c"]
+        return [*rollouts, f"{ns}.res.*", f"{ns}.run.*", f"{ns}.wk.*", f"{ns}.gw.*"]
 
     @property
     def spans_subjects(self) -> list[str]:
@@ -113,6 +125,11 @@ class Topology(msgspec.Struct, frozen=True, kw_only=True):
         """Filter of the runners' dispatch consumer: queued and requeued rollouts."""
         return f"{self.namespace}.ro.*.q"
 
+    @property
+    def every_rollout(self) -> str:
+        """Wildcard over every rollout's subjects (queue, own events, ends by authority)."""
+        return f"{self.namespace}.ro.*.*"
+
     def rollout_queue(self, rollout_id: str) -> str:
         """Subject of a rollout's dispatchable events."""
         return f"{self.namespace}.ro.{check_token('rollout id', rollout_id)}.q"
@@ -120,6 +137,10 @@ class Topology(msgspec.Struct, frozen=True, kw_only=True):
     def rollout_events(self, rollout_id: str) -> str:
         """Subject of a rollout's other lifecycle events."""
         return f"{self.namespace}.ro.{check_token('rollout id', rollout_id)}.e"
+
+    def rollout_authority(self, rollout_id: str) -> str:
+        """Subject of a rollout's ends by authority (no runner may publish there when the bus has users)."""
+        return f"{self.namespace}.ro.{check_token('rollout id', rollout_id)}.c"
 
     def rollout_any(self, rollout_id: str) -> str:
         """Wildcard over all of a rollout's subjects: the scope of its optimistic concurrency."""
@@ -157,6 +178,10 @@ def subject_for(topology: Topology, event: AnyEvent) -> str:
     match event:
         case RolloutQueued() | RolloutRequeued():
             return topology.rollout_queue(event.rollout_id)
+        case AttemptTimedOut() | AttemptMarkedUnresponsive() | RolloutCancelled() | RolloutUpdated():
+            return topology.rollout_authority(event.rollout_id)
+        case RolloutFailed() if event.holder_sig is None:  # signed: its attempt's holder failed it (``.e``)
+            return topology.rollout_authority(event.rollout_id)
         case _ if isinstance(event, _ROLLOUT_EVENTS):
             return topology.rollout_events(event.rollout_id)
         case ResourcesPublished():

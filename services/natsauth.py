@@ -103,16 +103,17 @@ def permissions(role: str, topo: Topology) -> Permissions | None:
         raise AuthError(f"no role {role!r} (roles: {', '.join(ROLES)})")
     ns, ctrl, spans, seq = topo.namespace, topo.control_stream, topo.spans_stream, topo.counters_stream
     rollouts = [f"{ns}.ro.*.q", f"{ns}.ro.*.e"]
+    authority = [f"{ns}.ro.*.c"]  # ends by authority: never a runner's (services/lifecycle/authority.py)
     base = _bootstrap(topo) + _reads(ctrl)
     publish = {
-        "coordinator": base + _reads(spans) + _reads(topo.advisories_stream) + rollouts + [f"{ns}.wk.*"]
+        "coordinator": base + _reads(spans) + _reads(topo.advisories_stream) + rollouts + authority + [f"{ns}.wk.*"]
         + _pulls(topo.advisories_stream, f"{ns}-deadletters")
         + [f"{API}.CONSUMER.DURABLE.CREATE.{topo.advisories_stream}.{ns}-deadletters"],
         "runner": base + _reads(spans) + _reads(seq) + _pulls(ctrl, topo.dispatch_consumer) + rollouts
         + [f"{ns}.sp.*", f"{ns}.seq.*", f"{ns}.wk.*"],
         "gateway": base + _reads(spans) + _reads(seq) + [f"{ns}.sp.*", f"{ns}.seq.*", f"{ns}.gw.*"],
         "learner": base + _reads(spans) + _reads(seq) + _reads(weights_stream(topo)) + _weights(topo) + rollouts
-        + [f"{ns}.res.*", f"{ns}.run.*"],
+        + authority + [f"{ns}.res.*", f"{ns}.run.*"],
         "inference": base + _reads(weights_stream(topo)),
         "projector": base + _reads(spans),
         "dashboard": base + _reads(spans),

@@ -42,7 +42,7 @@ class Tracker:
         if isinstance(event, AttemptClaimed | RolloutStarted):
             self.claims[(rollout_id, event.attempt_id)] = Claim(env.seq, env.time)
         before = self.rollouts.get(rollout_id, decider.initial_state())
-        after = decider.evolve(before, event)  # type: ignore[arg-type]
+        after = decider.fold(before, event, env.subject)  # type: ignore[arg-type]
         if after.status is None or decider.is_terminal(after):
             self.rollouts.pop(rollout_id, None)
             for attempt in after.attempts:

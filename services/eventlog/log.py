@@ -51,11 +51,13 @@ class Transacted(msgspec.Struct, Generic[S], frozen=True, kw_only=True):
 
 
 class Decider(Protocol[S, C]):
-    """A lifecycle as four pure functions (a decider module satisfies this)."""
+    """A lifecycle as pure functions (a decider module satisfies this); ``fold`` is ``evolve`` for an event read
+    from the log, whose subject says who could have written it."""
 
     def initial_state(self) -> S: ...
     def decide(self, command: C, state: S) -> list[AnyEvent]: ...
     def evolve(self, state: S, event: AnyEvent) -> S: ...
+    def fold(self, state: S, event: AnyEvent, subject: str) -> S: ...
     def is_terminal(self, state: S) -> bool: ...
 
 
@@ -204,7 +206,7 @@ class EventLog:
             if isinstance(env, BadEvent):
                 log.warning("rollout_id=%s: skipping undecodable event at seq %d: %s", rollout_id, env.seq, env.reason)
                 continue
-            state = decider.evolve(state, env.event)
+            state = decider.fold(state, env.event, env.subject)
         return state, last
 
     async def transact(

@@ -93,7 +93,7 @@ class Attribution:
         """Follow new lifecycle events of every rollout (headers only), dropping their cached state."""
         topology = self.store.log.topology
         return await self.store.log.js.subscribe(
-            f"{topology.namespace}.ro.*.e",
+            topology.every_rollout,
             stream=topology.control_stream,
             ordered_consumer=True,
             deliver_policy=DeliverPolicy.NEW,

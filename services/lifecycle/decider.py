@@ -42,13 +42,17 @@ from voltbus.schemas.rollouts import (
     RolloutUpdated,
 )
 
-from .evolve import evolve
+from .authority import held_by_other
+from .evolve import evolve, fold, record
 from .state import ACTIVE_ATTEMPT, QUEUED_ROLLOUT, TERMINAL_ROLLOUT, AttemptState, RolloutState, retry_status
 
 _encode = msgspec.json.Encoder().encode
 
+RULES = 2
+"""The lifecycle rules new rollouts are created under (``RolloutQueued.rules``)."""
 
-__all__ = ["decide", "evolve", "initial_state", "is_terminal"]
+
+__all__ = ["decide", "evolve", "fold", "initial_state", "is_terminal"]
 
 
 def initial_state() -> RolloutState:
@@ -79,6 +83,14 @@ def _attempt(
     return found
 
 
+def _held(state: RolloutState, cmd: FinishAttempt | MarkAttemptRunning | UpdateAttempt) -> AttemptState:
+    """The command's attempt, refused unless the caller holds its key (an unkeyed attempt: anyone may)."""
+    found = _attempt(state, cmd)
+    if found.holder_key is not None and cmd.holder_key != found.holder_key:
+        raise _illegal(state, cmd, f"{cmd.attempt_id} (held by another worker's key: only its holder may change it)")
+    return found
+
+
 def _after_attempt(
     state: RolloutState, attempt: AttemptState, status: str, cmd: FinishAttempt | ExpireAttempt, reason: str
 ) -> RolloutEvent:
@@ -99,7 +111,7 @@ def _after_attempt(
 
 def _changing(state: RolloutState, event: RolloutEvent) -> list[RolloutEvent]:
     """An update that changes nothing (a repeat, or all fields UNSET) appends nothing."""
-    return [event] if evolve(state, event) != state else []
+    return [event] if record(state, event) != state else []
 
 
 def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
@@ -113,6 +125,7 @@ def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
                     return []
                 raise _illegal(state, cmd)
             fields = {k: getattr(cmd, k) for k in ("input", "mode", "resources_id", "config", "metadata")}
+            fields["rules"] = RULES
             if isinstance(cmd, QueueRollout):
                 return [
                     RolloutQueued(event_id=_id(cmd, "created"), rollout_id=cmd.rollout_id, queued_at=cmd.at, **fields)
@@ -124,6 +137,7 @@ def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
                     attempt_id=cmd.attempt_id,
                     worker_id=cmd.worker_id,
                     at=cmd.at,
+                    holder_key=cmd.holder_key,
                     **fields,
                 )
             ]
@@ -135,6 +149,8 @@ def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
             )
             if is_terminal(state) or not claimable:
                 raise _illegal(state, cmd)
+            if held_by_other(state, cmd.holder_key):
+                raise _illegal(state, cmd, f"{state.latest.attempt_id} (held by another worker)")  # type: ignore[union-attr]
             return [
                 AttemptClaimed(
                     event_id=_id(cmd, "claimed"),
@@ -145,10 +161,11 @@ def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
                     at=cmd.at,
                     dispatch_event_id=getattr(cmd, "dispatch_event_id", None),
                     running=getattr(cmd, "start", False),
+                    holder_key=cmd.holder_key,
                 )
             ]
         case MarkAttemptRunning():
-            attempt = _attempt(state, cmd)
+            attempt = _held(state, cmd)
             if attempt is not state.latest or attempt.status != "preparing" or is_terminal(state):
                 return []
             return [
@@ -157,7 +174,7 @@ def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
                 )
             ]
         case FinishAttempt():
-            return _finish(cmd, state, _attempt(state, cmd))
+            return _finish(cmd, state, _held(state, cmd))
         case ExpireAttempt():
             attempt = _attempt(state, cmd)
             if attempt is not state.latest or attempt.status not in ACTIVE_ATTEMPT:
@@ -192,7 +209,7 @@ def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
             return _changing(state, updated)
         case UpdateAttempt():
             fields = {k: getattr(cmd, k) for k in ("attempt_id", "worker_id", "metadata", "last_heartbeat_time")}
-            _attempt(state, cmd)
+            _held(state, cmd)
             updated = AttemptUpdated(event_id=_id(cmd, "updated"), rollout_id=cmd.rollout_id, at=cmd.at, **fields)
             return _changing(state, updated)
     raise TypeError(f"not a rollout command: {cmd!r}")

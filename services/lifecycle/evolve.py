@@ -24,6 +24,7 @@ from voltbus.schemas.rollouts import (
     RolloutUpdated,
 )
 
+from .authority import refusal
 from .state import ACTIVE_ATTEMPT, TERMINAL_ROLLOUT, AttemptState, RolloutState
 
 
@@ -45,7 +46,22 @@ def _is_latest(state: RolloutState, attempt_id: str) -> bool:
 
 
 def evolve(state: RolloutState, event: RolloutEvent) -> RolloutState:
-    """Record ``event``; never raises, and a terminal rollout's status never changes again."""
+    """Record ``event``; never raises, a terminal rollout's status never changes again, and an attempt's own
+    events count only when its holder signed them (``authority.refusal``)."""
+    if refusal(state, event) is not None:
+        return state
+    return record(state, event)
+
+
+def fold(state: RolloutState, event: RolloutEvent, subject: str) -> RolloutState:
+    """``evolve`` for an event read from the log: ``subject`` is where it was stored (who could write it)."""
+    if refusal(state, event, subject) is not None:
+        return state
+    return record(state, event)
+
+
+def record(state: RolloutState, event: RolloutEvent) -> RolloutState:
+    """Record ``event`` as its writer meant it (the decider, before its holder signs what it decided)."""
     if state.status is None and not isinstance(event, RolloutQueued | RolloutStarted):
         return state
     if state.status in TERMINAL_ROLLOUT and not isinstance(event, RolloutUpdated | AttemptUpdated):
@@ -63,10 +79,15 @@ def evolve(state: RolloutState, event: RolloutEvent) -> RolloutState:
                 start_time=event.queued_at,
                 dispatch_event_id=event.event_id,
                 created_event_id=event.event_id,
+                rules=event.rules,
             )
         case RolloutStarted() if state.status is None:
             first = AttemptState(
-                attempt_id=event.attempt_id, sequence_id=1, worker_id=event.worker_id, start_time=event.at
+                attempt_id=event.attempt_id,
+                sequence_id=1,
+                worker_id=event.worker_id,
+                start_time=event.at,
+                holder_key=event.holder_key,
             )
             return RolloutState(
                 rollout_id=event.rollout_id,
@@ -79,6 +100,7 @@ def evolve(state: RolloutState, event: RolloutEvent) -> RolloutState:
                 start_time=event.at,
                 attempts=(first,),
                 created_event_id=event.event_id,
+                rules=event.rules,
             )
         case RolloutRequeued():
             return replace(state, status="requeuing", dispatch_event_id=event.event_id)
@@ -91,6 +113,7 @@ def evolve(state: RolloutState, event: RolloutEvent) -> RolloutState:
                 start_time=event.at,
                 status=status,
                 last_heartbeat_time=event.at if event.running else None,
+                holder_key=event.holder_key,
             )
             return replace(state, status=status, attempts=(*state.attempts, new), dispatch_event_id=None)
         case AttemptStarted() if state.attempt(event.attempt_id) is not None:

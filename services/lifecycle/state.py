@@ -27,6 +27,8 @@ class AttemptState(msgspec.Struct, frozen=True, kw_only=True):
     last_heartbeat_time: float | None = None
     error: ErrorInfo | None = None
     metadata: dict[str, Json] = {}
+    holder_key: str | None = None
+    """Public key of the worker that claimed it: its later events must carry that key's signature."""
 
 
 class RolloutState(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,6 +50,8 @@ class RolloutState(msgspec.Struct, frozen=True, kw_only=True):
     """Why the rollout failed or was cancelled."""
     created_event_id: str = ""
     """Id of the event that created the rollout (a repeated create is recognised by it)."""
+    rules: int = 1
+    """The lifecycle rules it was created under (``RolloutQueued.rules``)."""
 
     @property
     def latest(self) -> AttemptState | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from voltbus.schemas.errors import InvalidCommand
+from voltbus.schemas.errors import InvalidCommand, PermissionDenied
 from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 from voltbus.store import Store
 from voltbus.store.base import new_id
@@ -46,6 +46,9 @@ async def settle(store: Store, worker_id: str, rollout_id: str, attempt_id: str)
         state = await store.expire_attempt(rollout_id, attempt_id, "unresponsive")
     except InvalidCommand as exc:  # gone or ended meanwhile (the coordinator may have got there first)
         log.info("rollout_id=%s attempt_id=%s: nothing to settle (%s)", rollout_id, attempt_id, exc)
+        return False
+    except PermissionDenied:  # a bus with users: ends by authority are the coordinator's (docs/security.md)
+        log.info("rollout_id=%s attempt_id=%s: left to the coordinator to end", rollout_id, attempt_id)
         return False
     log.warning(
         "rollout_id=%s attempt_id=%s: worker %s restarted while it ran; ended unresponsive (rollout %s)",

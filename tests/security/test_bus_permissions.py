@@ -16,7 +16,7 @@ import pytest
 
 from voltbus.schemas.errors import BusAuthRefused, PermissionDenied, PublishFailed
 from voltbus.schemas.resources import ResourcesPublished
-from voltbus.schemas.rollouts import AttemptSucceeded, RolloutQueued
+from voltbus.schemas.rollouts import AttemptSucceeded, AttemptTimedOut, RolloutCancelled, RolloutQueued
 from voltbus.schemas.spans import RewardReported
 from voltbus.schemas.subjects import Topology
 from voltbus.schemas.training import RunStarted
@@ -93,6 +93,8 @@ FORBIDDEN = [
     ("inference", ResourcesPublished, "inference publishes a resources version"),
     ("runner", ResourcesPublished, "runner publishes a resources version"),
     ("runner", RunStarted, "runner writes a training-run event"),
+    ("runner", AttemptTimedOut, "runner times out an attempt (an end by authority)"),
+    ("runner", RolloutCancelled, "runner cancels a rollout (an end by authority)"),
     ("gateway", AttemptSucceeded, "gateway ends an attempt"),
     ("gateway", ResourcesPublished, "gateway publishes a resources version"),
     ("coordinator", ResourcesPublished, "coordinator publishes a resources version"),
@@ -109,6 +111,8 @@ def forbidden_event(kind: type, n: int) -> object:
         ),
         RunStarted: lambda: RunStarted(event_id=rid, run_id=rid, algorithm="grpo", config={}, at=now),
         AttemptSucceeded: lambda: AttemptSucceeded(event_id=rid, rollout_id=rid, attempt_id="a", at=now),
+        AttemptTimedOut: lambda: AttemptTimedOut(event_id=rid, rollout_id=rid, attempt_id="a", at=now),
+        RolloutCancelled: lambda: RolloutCancelled(event_id=rid, rollout_id=rid, at=now),
     }[kind]()
 
 

@@ -41,6 +41,10 @@ class CounterDecider:
         return state
 
     @staticmethod
+    def fold(state: tuple[frozenset[int], bool], event: AnyEvent, subject: str) -> tuple[frozenset[int], bool]:
+        return CounterDecider.evolve(state, event)
+
+    @staticmethod
     def decide(command: Step, state: tuple[frozenset[int], bool]) -> list[AnyEvent]:
         started, cancelled = state
         if cancelled:

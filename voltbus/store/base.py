@@ -11,6 +11,8 @@ from voltbus.schemas.commands import RolloutCommand
 from voltbus.schemas.errors import UnknownRollout
 from voltbus.services.eventlog import EventLog
 from voltbus.services.lifecycle import RolloutState, decider
+from voltbus.services.lifecycle.authority import Holder
+from voltbus.services.lifecycle.signing import SigningDecider
 from voltbus.services.settings import NatsSettings
 
 
@@ -31,6 +33,9 @@ class StoreBase:
         """Resources versions read by pinned id (immutable, so kept); see ``get_resources_by_id``."""
         self._known_rollouts: dict[str, tuple[RolloutState, int]] = {}
         """rollout id -> (state, sequence) this client last wrote or saw; only a guess for OCC."""
+        self.holder = Holder()
+        """This client's signing key (in memory only): the attempts it claims only it may start, end or update."""
+        self._decider = SigningDecider(self.holder)
 
     async def _state(self, rollout_id: str) -> RolloutState:
         """A rollout's current state; UnknownRollout if it does not exist."""
@@ -44,7 +49,7 @@ class StoreBase:
         client last wrote or saw for the rollout, when it has one, is tried first (``transact``'s
         ``known``), saving the read of the rollout's history."""
         known = self._known_rollouts.pop(rollout_id, None)
-        result = await self.log.transact(decider, rollout_id, command, known=known)
+        result = await self.log.transact(self._decider, rollout_id, command, known=known)
         self._remember(rollout_id, result.state, result.seq)
         return result.state
 

@@ -250,7 +250,7 @@ class RolloutMethods(StoreBase):
             last_heartbeat_at=last_heartbeat_at,
             at=self.clock(),
         )
-        result = await self.log.transact(decider, rollout_id, cmd)
+        result = await self.log.transact(self._decider, rollout_id, cmd)
         attempt = result.state.attempt(attempt_id)
         if result.events and attempt is not None:
             await self._sync_worker(attempt.worker_id, result.state)

@@ -115,7 +115,8 @@ class SpanMethods(StoreBase):
     _running: set[tuple[str, str]]
 
     async def _seen_alive(self, rollout_id: str, attempt_id: str, at: float) -> None:
-        """Check the attempt exists; the first sign of life moves a preparing attempt to running."""
+        """Check the attempt exists; the first sign of life moves a preparing attempt this client may change (one
+        it claimed, or an unkeyed one) to running."""
         key = (rollout_id, attempt_id)
         if key in self._running:
             return
@@ -123,7 +124,7 @@ class SpanMethods(StoreBase):
         attempt = state.attempt(attempt_id)
         if attempt is None:
             raise UnknownAttempt(rollout_id, attempt_id)
-        if attempt.status == "preparing":
+        if attempt.status == "preparing" and attempt.holder_key in (None, self.holder.public):  # only its holder may
             await self._apply(rollout_id, MarkAttemptRunning(rollout_id=rollout_id, attempt_id=attempt_id, at=at))
         self._running.add(key)
 

@@ -34,9 +34,7 @@ class WaitMethods(StoreBase):
 
     async def _follow_until_done(self, wanted: list[str], done: dict[str, RolloutState], start: int) -> None:
         pending = set(wanted) - set(done)
-        replay = self.log.replay(
-            "control", from_seq=start + 1, follow=True, subject=f"{self.topology.namespace}.ro.*.e"
-        )
+        replay = self.log.replay("control", from_seq=start + 1, follow=True, subject=self.topology.every_rollout)
         try:
             async for item in replay:
                 rid = item.subject.split(".")[2]

@@ -8,6 +8,7 @@ status changes, so an idle runner polling the queue does not flood the log.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,7 @@ from nats.js.errors import NotFoundError
 
 from voltbus.schemas import codec
 from voltbus.schemas.base import derive_id
-from voltbus.schemas.errors import ConcurrencyConflict
+from voltbus.schemas.errors import ConcurrencyConflict, PermissionDenied
 from voltbus.schemas.workers import HeartbeatStats, WorkerStatusReported
 from voltbus.services.lifecycle import RolloutState
 from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
@@ -26,6 +27,8 @@ from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 from .base import StoreBase
 from .types import Worker
 from .views import worker_view
+
+log = logging.getLogger(__name__)
 
 
 class WorkerMethods(StoreBase):
@@ -136,7 +139,10 @@ class WorkerMethods(StoreBase):
         # (which made this transition illegal). Idle and unknown are confirmed: other clients write them.
         latest = state.latest if state else None
         active = latest is not None and latest.worker_id in (None, worker_id) and latest.status in ACTIVE_ATTEMPT
-        await self._report(worker_id, follow, recheck=dequeued or not active)
+        try:
+            await self._report(worker_id, follow, recheck=dequeued or not active)
+        except PermissionDenied:  # e.g. the learner cancelling a claimed rollout: the worker's runner reports it
+            log.info("worker %s: status left to its runner (this bus user may not publish worker status)", worker_id)
 
     async def report_worker_busy(self, worker_id: str, rollout_id: str) -> None:
         """voltbus addition (the runner's): report ``worker_id`` busy with the rollout's attempt, if that

@@ -345,7 +345,7 @@ class LearnerSettings(BaseModel):
     """Inference servers (without ``/v1``) to wait for until they serve a new version; empty: don't wait."""
     vllm_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """vLLM OpenAI servers (without ``/v1``, started with ``VLLM_SERVER_DEV_MODE=1``) to push each new
-    version to, with the gateway paused and drained (``voltbus.services.learner.vllm_push``); they must
+    version to, with the gateway paused and drained (``voltbus.services.learner.vllm.push``); they must
     read the version's directory under ``weights_dir``. Empty: none."""
     vllm_timeout_s: float = Field(default=300.0, gt=0)
     """Longest wait for a vLLM server's answer to each request of a weight push (a reload included)."""
@@ -394,7 +394,7 @@ class LearnerSettings(BaseModel):
     seed: int = 0
     """Seed of task order and of torch."""
     backend: Literal["torch", "verl"] = "torch"
-    """The actor update: ``torch`` (the CPU model, services/learner/grpo.py) or ``verl`` (verl 0.9.1's
+    """The actor update: ``torch`` (the CPU model, services/learner/grpo/objective.py) or ``verl`` (verl 0.9.1's
     FSDP2 engine on one CUDA GPU, any Hugging Face causal LM in ``model_dir``; needs
     ``pip install 'voltbus[gpu]'``, see docs/learning.md "The GPU path")."""
     micro_batch_size: int = Field(default=8, ge=1)

@@ -379,7 +379,7 @@ def train(
     nats_url: NatsUrl = None,
 ) -> None:
     """Retrain from the log: GRPO on recorded training rows, importance-weighted by their recorded logprobs."""
-    from voltbus.services.learner.offline import Selection, train_offline
+    from voltbus.services.learner.grpo.offline import Selection, train_offline
     from voltbus.services.projector.client import parse_time
 
     if not offline:

@@ -11,7 +11,7 @@ kinds of instruction, and without them makes the mistakes a careless model makes
   sentence, which the strict grader scores 0.5 at best.
 
 ``stand-in-optimizer`` (APO's critic) answers voltbus's two APO prompts
-(``services/learner/apo_critique.md``, ``apo_edit.md``). For a critique it reads the runs it is shown
+(``services/learner/apo/critique.md``, ``apo/edit.md``). For a critique it reads the runs it is shown
 (each task's expected answer, the task model's reply from the recorded call), finds which of the three
 mistakes explain each failure, and names one kind, drawn in proportion to how often it appears (seeded
 by the prompt's hash: its "temperature"). For an edit it appends the one matching instruction to the

@@ -1,4 +1,5 @@
-"""The learner service: connect to the bus, open (or resume) a run, and train on a task file."""
+"""The learner service: connect to the bus, open (or resume) a run, and train on a task file with GRPO
+(``grpo/``, imported in ``run``: the service's one choice of algorithm)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from voltbus.services.settings import Settings
 from voltbus.store import connect
 
 from .backend import check_backend
-from .evaluate import validate
 from .session import LearnerError, Session, new_run_id
 
 
@@ -32,7 +32,8 @@ def load_tasks(path: Path) -> list[Any]:
 async def run(settings: Settings, tasks: list[Any], say: Callable[[str], None]) -> str:
     """Train (or continue) the run named in the settings, validating before and after when asked;
     returns its id. A run that already finished is reported and left as it is."""
-    from .loop import GRPO  # torch from here on
+    from .grpo.loop import GRPO  # torch from here on
+    from .grpo.validate import validate
 
     s = settings.learner
     check_backend(s)  # a backend this machine cannot run fails before anything connects

@@ -1,12 +1,18 @@
-"""Which actor backend this machine can run, checked before a learner starts (no torch import here)."""
+"""Which actor backend a learner step runs: checked before a learner starts (no torch import here), and
+loaded: the one place that picks ``grpo.actor.TorchActor`` (CPU torch) or ``verl.actor.VerlActor``."""
 
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from voltbus.services.settings import LearnerSettings
 
 from .session import LearnerError
+
+if TYPE_CHECKING:
+    from .grpo.actor import Actor
 
 GPU_HINT = "pip install 'voltbus[gpu]' (verl 0.9.1, vLLM 0.24.0, torch 2.11.0) on a machine with an NVIDIA GPU"
 
@@ -22,3 +28,16 @@ def check_backend(settings: LearnerSettings) -> None:
 
     if not get_platform().is_available():
         raise LearnerError(f"learner.backend 'verl' trains on a CUDA GPU and this machine has none: {GPU_HINT}")
+
+
+def load_actor(settings: LearnerSettings, checkpoint: Path | None = None) -> Actor:
+    """The backend's actor, from the starting model or from the version saved at ``checkpoint``."""
+    check_backend(settings)
+    if settings.backend == "verl":
+        from .verl.actor import VerlActor
+
+        return VerlActor(settings, checkpoint)
+    from .grpo.actor import TorchActor
+    from .grpo.policy import Policy
+
+    return TorchActor(Policy.load(settings, checkpoint))

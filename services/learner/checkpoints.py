@@ -1,7 +1,7 @@
 """Checkpoints a learner on another machine can resume from.
 
 After each step the learner saves the version's directory (weights, optimizer state, config,
-tokenizer: ``policy.py``). When that directory, packed as one tar file, fits in
+tokenizer: ``grpo/policy.py``). When that directory, packed as one tar file, fits in
 ``weights_in_bus_mb``, it is also stored in the bus's object store and the ``CheckpointSaved`` event
 names it there (``nats-obj://<ns>-weights/<run>/checkpoint-<0|1>.tar`` with the tar's sha256); so a
 learner restarted on a machine that never saw the first one's disk fetches, checks and unpacks it.

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from voltbus.model import greedy_accuracy, load_model_dir
-from voltbus.services.learner.grpo import Row, group_advantages, update
+from voltbus.services.learner.grpo.objective import Row, group_advantages, update
 
 MODEL = Path(__file__).resolve().parents[2] / "examples" / "arith_rl" / "model"
 

@@ -2,7 +2,7 @@
 
 Run: ``python -m tests.benchmarks.bench_learner`` (``--help``) or ``pytest -m bench tests/benchmarks``.
 
-voltbus side: ``services.learner.grpo.update`` on GRPO rows (rollouts in groups, recorded logprobs,
+voltbus side: ``services.learner.grpo.objective.update`` on GRPO rows (rollouts in groups, recorded logprobs,
 per-rollout token weights, PPO-clip) — everything the learner does per step after the rows are read.
 Raw side: the same model, the same padded token tensors, a plain policy-gradient step
 (forward, log-softmax gather, ``-(logp * advantage).mean()``, backward, clip, AdamW) with nothing else.
@@ -22,7 +22,7 @@ import torch
 
 from tests.benchmarks.bench_eventlog import CSV_PATH, Figure, Run, write_csv
 from voltbus.model import build_tiny_model, build_tokenizer, sequence_logprobs
-from voltbus.services.learner.grpo import Row, collate, group_advantages, update
+from voltbus.services.learner.grpo.objective import Row, collate, group_advantages, update
 
 
 @dataclass

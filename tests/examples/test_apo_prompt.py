@@ -11,9 +11,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from voltbus.services.learner.apo_critic import CRITIQUE_PROMPT, EDIT_PROMPT
-from voltbus.services.learner.apo_search import Example
-from voltbus.services.learner.apo_search import render_examples as render
+from voltbus.services.learner.apo.critic import CRITIQUE_PROMPT, EDIT_PROMPT
+from voltbus.services.learner.apo.search import Example
+from voltbus.services.learner.apo.search import render_examples as render
 from voltbus.services.settings import NatsSettings, Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))

@@ -21,8 +21,8 @@ from starlette.routing import Route
 import voltbus as agl
 from voltbus.schemas.training import RunFinished, RunStarted, StepCompleted, StepStarted
 from voltbus.services.eventlog import Envelope
-from voltbus.services.learner.apo_critic import Critic as SearchCritic
-from voltbus.services.learner.apo_loop import Search
+from voltbus.services.learner.apo.critic import Critic as SearchCritic
+from voltbus.services.learner.apo.loop import Search
 from voltbus.services.learner.session import Session
 from voltbus.services.settings import NatsSettings, Settings
 from voltbus.store import connect

@@ -10,7 +10,8 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from voltbus.services.learner.backend import check_backend
-from voltbus.services.learner.evaluate import evaluate, validate
+from voltbus.services.learner.evaluate import evaluate
+from voltbus.services.learner.grpo.validate import validate
 from voltbus.services.learner.session import Session, new_run_id
 from voltbus.services.settings import LearnerSettings, Settings
 from voltbus.store import connect
@@ -47,7 +48,7 @@ class GRPO:
 
     async def fit(self, trainer: Trainer, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
         """Train; evaluate on ``val`` before and after when given; returns the run id and the evaluations."""
-        from voltbus.services.learner.loop import GRPO as Loop  # torch is needed from here on
+        from voltbus.services.learner.grpo.loop import GRPO as Loop  # torch is needed from here on
 
         base = trainer.settings.model_copy(deep=True)
         base.learner = base.learner.model_copy(update=self.overrides)

@@ -5,7 +5,7 @@ every candidate is published as a resources version and scored by real rollouts 
 validation batch; the best ``beam_width`` stay. The best template is published as the run's last
 version. Each round is a step of the run (``StepStarted`` / ``StepCompleted`` with its metrics).
 
-The search itself is ``voltbus.services.learner.apo_loop``; this class configures it and runs it with
+The search itself is ``voltbus.services.learner.apo.loop``; this class configures it and runs it with
 the whole system in this process.
 """
 
@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from voltbus.schemas.resources import LLM, PromptTemplate
-from voltbus.services.learner.apo_critic import Critic
-from voltbus.services.learner.apo_loop import Search
-from voltbus.services.learner.apo_search import SearchSettings, unusable
+from voltbus.services.learner.apo.critic import Critic
+from voltbus.services.learner.apo.loop import Search
+from voltbus.services.learner.apo.search import SearchSettings, unusable
 from voltbus.services.learner.session import Session, new_run_id
 from voltbus.services.settings import Settings
 from voltbus.store import connect

@@ -1,4 +1,4 @@
-"""The learner's weight push to vLLM (``voltbus.services.learner.vllm_push``) through a real gateway
+"""The learner's weight push to vLLM (``voltbus.services.learner.vllm.push``) through a real gateway
 and bus, in front of two stub vLLM servers: calls keep coming while versions are pushed, and every
 recorded call carries the version that really sampled it."""
 
@@ -14,7 +14,7 @@ from tests.conftest import wait_for
 from voltbus.schemas import GatewayResumed
 from voltbus.services.eventlog import EventLog
 from voltbus.services.gateway.record import Call, model_called
-from voltbus.services.learner.vllm_push import VllmPushError, push
+from voltbus.services.learner.vllm.push import VllmPushError, push
 from voltbus.services.settings import NatsSettings, ProjectorSettings
 
 from .conftest import model_calls
@@ -162,7 +162,7 @@ def test_the_engine_label_wins_then_vllm_spans_then_the_protocol() -> None:
 async def test_the_learner_pushes_each_version_it_publishes(
     make_fleet: FleetFactory, nats_settings: NatsSettings, tmp_path
 ) -> None:
-    from voltbus.services.learner.loop import GRPO
+    from voltbus.services.learner.grpo.loop import GRPO
     from voltbus.services.learner.session import Session
     from voltbus.store import connect
 

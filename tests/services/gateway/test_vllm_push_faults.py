@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import wait_for
 from voltbus.services.eventlog import EventLog
-from voltbus.services.learner.vllm_push import VllmPushError, push
+from voltbus.services.learner.vllm.push import VllmPushError, push
 
 from .conftest import model_calls
 from .flaky_link import Faults

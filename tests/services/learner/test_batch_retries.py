@@ -4,7 +4,7 @@ the kill -9 fault suite; the coordinator side is tests/services/coordinator/test
 
 from __future__ import annotations
 
-from voltbus.services.learner.loop import GRPO
+from voltbus.services.learner.grpo.loop import GRPO
 from voltbus.services.settings import LearnerSettings
 
 

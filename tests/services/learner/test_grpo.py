@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from voltbus.model import build_tiny_model, build_tokenizer, sequence_logprobs
-from voltbus.services.learner.grpo import (
+from voltbus.services.learner.grpo.objective import (
     Row,
     collate,
     group_advantages,

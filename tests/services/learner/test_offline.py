@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from voltbus.services.learner.offline import Selection, train_offline
+from voltbus.services.learner.grpo.offline import Selection, train_offline
 from voltbus.services.projector.client import rebuild
 from voltbus.services.settings import LearnerSettings, NatsSettings, Settings
 from voltbus.trainer import GRPO, Trainer

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from voltbus.services.learner.policy import OPTIMIZER, WEIGHTS, Policy
+from voltbus.services.learner.grpo.policy import OPTIMIZER, WEIGHTS, Policy
 from voltbus.services.settings import LearnerSettings
 
 

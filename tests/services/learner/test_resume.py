@@ -13,7 +13,7 @@ from pathlib import Path
 
 from voltbus.schemas.training import CheckpointSaved, RunFinished, StepCompleted, StepStarted
 from voltbus.services.learner import checkpoints
-from voltbus.services.learner.batch import version_number
+from voltbus.services.learner.grpo.batch import version_number
 from voltbus.services.settings import LearnerSettings, NatsSettings, Settings
 from voltbus.store import connect
 from voltbus.trainer.system import local_system

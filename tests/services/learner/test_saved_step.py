@@ -11,8 +11,8 @@ import torch
 
 from voltbus.schemas.training import RunFinished, StepCompleted
 from voltbus.services.learner import checkpoints
-from voltbus.services.learner.loop import GRPO
-from voltbus.services.learner.policy import Policy, initial_weights
+from voltbus.services.learner.grpo.loop import GRPO
+from voltbus.services.learner.grpo.policy import Policy, initial_weights
 from voltbus.services.learner.session import Session
 from voltbus.services.settings import LearnerSettings, NatsSettings, ProjectorSettings
 from voltbus.store import connect

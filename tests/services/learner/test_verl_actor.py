@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from voltbus.services.learner.actor import TorchActor, load_actor
-from voltbus.services.learner.backend import check_backend
-from voltbus.services.learner.grpo import Row, collate
+from voltbus.services.learner.backend import check_backend, load_actor
+from voltbus.services.learner.grpo.actor import TorchActor
+from voltbus.services.learner.grpo.objective import Row, collate
 from voltbus.services.learner.session import LearnerError
-from voltbus.services.learner.verl_actor import (
+from voltbus.services.learner.verl.actor import (
     config_dtype,
     copy_model_files,
     export_state,

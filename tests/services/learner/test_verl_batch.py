@@ -8,8 +8,8 @@ import importlib.util
 import pytest
 import torch
 
-from voltbus.services.learner.grpo import Row
-from voltbus.services.learner.verl_batch import to_dataproto, to_verl_batch
+from voltbus.services.learner.grpo.objective import Row
+from voltbus.services.learner.verl.batch import to_dataproto, to_verl_batch
 
 PAD = 0
 ROWS = [

@@ -26,7 +26,7 @@ from voltbus.model.tiny import build_tiny_model, save_model_dir
 from voltbus.model.tokenizer import build_tokenizer
 from voltbus.services.eventlog import EventLog
 from voltbus.services.gateway import build_app
-from voltbus.services.learner.vllm_push import push
+from voltbus.services.learner.vllm.push import push
 from voltbus.services.serving import free_port
 from voltbus.services.settings import GatewaySettings, LearnerSettings, NatsSettings, Settings
 

@@ -10,8 +10,8 @@ import httpx
 import torch
 
 from voltbus.services.learner import checkpoints
-from voltbus.services.learner.loop import GRPO
-from voltbus.services.learner.policy import Policy, initial_weights
+from voltbus.services.learner.grpo.loop import GRPO
+from voltbus.services.learner.grpo.policy import Policy, initial_weights
 from voltbus.services.learner.session import Session
 from voltbus.services.settings import NatsSettings, ProjectorSettings
 from voltbus.store import connect

@@ -12,9 +12,9 @@ from safetensors.torch import load_file
 
 from voltbus.model import load_model_dir
 from voltbus.schemas.training import RunFinished, StepCompleted
-from voltbus.services.learner.grpo import Row, collate, policy_logprobs
-from voltbus.services.learner.policy import OPTIMIZER
-from voltbus.services.learner.verl_actor import VerlActor
+from voltbus.services.learner.grpo.objective import Row, collate, policy_logprobs
+from voltbus.services.learner.grpo.policy import OPTIMIZER
+from voltbus.services.learner.verl.actor import VerlActor
 from voltbus.services.settings import LearnerSettings, NatsSettings, Settings
 from voltbus.trainer import GRPO, Trainer
 

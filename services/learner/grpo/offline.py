@@ -26,12 +26,11 @@ import pyarrow as pa
 from voltbus.services.settings import Settings
 from voltbus.store import connect
 
-from .actor import load_actor
-from .backend import check_backend
+from ..backend import check_backend, load_actor
+from ..session import LearnerError, Session, new_run_id
 from .batch import prepare
-from .grpo import group_advantages
 from .loop import GRPO
-from .session import LearnerError, Session, new_run_id
+from .objective import group_advantages
 
 SQL = (Path(__file__).parent / "offline_rows.sql").read_text()
 

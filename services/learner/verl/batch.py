@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .grpo import Row
+from ..grpo.objective import Row
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """verl 0.9.1 training engines in the learner's process: a process group of one, the actor's
-``TrainingWorker`` built from ``verl_actor.verl_config`` sections, and the frozen reference policy
+``TrainingWorker`` built from ``actor.verl_config`` sections, and the frozen reference policy
 that gives the KL term its logprobs. Needs verl (the ``gpu`` extra)."""
 
 from __future__ import annotations

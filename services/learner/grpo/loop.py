@@ -29,13 +29,14 @@ from voltbus.schemas.training import StepStarted
 from voltbus.services.settings import LearnerSettings
 from voltbus.store import EnqueueRolloutRequest
 
-from . import checkpoints, vllm_push
-from .actor import Actor, load_actor
-from .backend import check_backend
+from .. import checkpoints
+from ..backend import check_backend, load_actor
+from ..session import History, LearnerError, Session
+from ..vllm import push as vllm_push
+from .actor import Actor
 from .batch import prepare, version_number
-from .grpo import group_advantages
+from .objective import group_advantages
 from .policy import WEIGHTS, initial_weights
-from .session import History, LearnerError, Session
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ ROWS_SQL = (Path(__file__).parent / "batch_rows.sql").read_text()
 
 class GRPO:
     """Group-relative policy optimization of the served policy (the update by ``learner.backend``:
-    CPU torch, or verl on a GPU; see ``actor.py``)."""
+    CPU torch, or verl on a GPU; see ``actor.py`` and ``backend.load_actor``)."""
 
     name = "grpo"
 

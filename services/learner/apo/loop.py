@@ -22,11 +22,11 @@ from typing import Any
 from voltbus.schemas.resources import PromptTemplate
 from voltbus.store import EnqueueRolloutRequest
 
-from .apo_critic import Critic
-from .apo_search import Candidate, Example, SearchSettings, batches, parents, select, unusable
-from .session import History, LearnerError, Session
+from ..session import History, LearnerError, Session
+from .critic import Critic
+from .search import Candidate, Example, SearchSettings, batches, parents, select, unusable
 
-ROLLOUTS_SQL = (Path(__file__).parent / "apo_rollouts.sql").read_text()
+ROLLOUTS_SQL = (Path(__file__).parent / "rollouts.sql").read_text()
 
 
 class Search:

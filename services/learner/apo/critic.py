@@ -1,6 +1,6 @@
 """APO's critic: an OpenAI-compatible chat model that writes a textual gradient (a critique of a prompt
-template given its rollouts) and then applies it (an edited template). The prompts are the ``apo_*.md``
-files next to this module. A failed call (an HTTP error, a timeout, an empty reply) is counted and
+template given its rollouts) and then applies it (an edited template). The prompts are ``critique.md`` and
+``edit.md`` next to this module. A failed call (an HTTP error, a timeout, an empty reply) is counted and
 yields None; it never raises.
 """
 
@@ -19,13 +19,13 @@ from openai import AsyncOpenAI
 
 from voltbus.schemas.resources import LLM
 
-from .apo_search import Example, render_examples, unfence
+from .search import Example, render_examples, unfence
 
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-CRITIQUE_PROMPT = Template((_HERE / "apo_critique.md").read_text())
-EDIT_PROMPT = Template((_HERE / "apo_edit.md").read_text())
+CRITIQUE_PROMPT = Template((_HERE / "critique.md").read_text())
+EDIT_PROMPT = Template((_HERE / "edit.md").read_text())
 
 
 class Critic:

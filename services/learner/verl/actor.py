@@ -8,7 +8,7 @@ from the learner settings, turns training rows + GRPO advantages into the fields
 and saves each version as a model directory like ``Policy.save`` (``model.safetensors`` + config +
 tokenizer + ``optimizer.pt``), so publishing and checkpoints work unchanged.
 
-Same math as ``grpo.py``: advantages once per rollout, spread over its sampled tokens; PPO-clip
+Same math as ``grpo/objective.py``: advantages once per rollout, spread over its sampled tokens; PPO-clip
 against the logprobs recorded at sampling time (``old_log_probs``); per-rollout normalization (each
 rollout weighs the same however many rows and tokens it has) through ``loss_agg_mode='token-sum'``
 and per-token weights passed as ``rollout_is_weights`` (which verl's vanilla loss multiplies into the
@@ -37,9 +37,9 @@ import torch
 from voltbus.model import weights_sha256
 from voltbus.services.settings import LearnerSettings
 
-from .grpo import Row, token_weights
-from .policy import OPTIMIZER, WEIGHTS, keep_optimizers
-from .verl_batch import to_verl_batch
+from ..grpo.objective import Row, token_weights
+from ..grpo.policy import OPTIMIZER, WEIGHTS, keep_optimizers
+from .batch import to_verl_batch
 
 MODEL_FILES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".safetensors.index.json", ".bin.index.json")
 """Suffixes of weight and optimizer files, not copied from the source directory into a version."""
@@ -52,7 +52,7 @@ METRICS = {
     "grad_norm": "grad_norm",
     "lr": "lr",
 }
-"""verl's metric names → the names ``grpo.update`` reports (the rest of verl's metrics are not kept)."""
+"""verl's metric names → the names ``objective.update`` reports (the rest of verl's metrics are not kept)."""
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def verl_config(settings: LearnerSettings, model_dir: Path, flash_attn: bool) ->
             "entropy_coeff": 0.0,
             "use_kl_loss": s.kl_coef > 0,
             "kl_loss_coef": s.kl_coef,  # per step: kl_coefficient
-            "kl_loss_type": "low_var_kl",  # k3, as grpo.py
+            "kl_loss_type": "low_var_kl",  # k3, as grpo/objective.py
             "use_torch_compile": False,
             "shuffle": False,
             "data_loader_seed": s.seed,
@@ -158,7 +158,7 @@ def verl_config(settings: LearnerSettings, model_dir: Path, flash_attn: bool) ->
 def kl_coefficient(settings: LearnerSettings, tokens: float) -> float:
     """verl's ``kl_loss_coef`` for a step: with ``token-sum`` its KL term is summed over the sampled
     tokens, so ``kl_coef / tokens`` makes it ``kl_coef`` times the token mean of the k3 estimator
-    (``grpo.py`` takes the per-rollout mean: equal when rollouts have equal token counts).
+    (``grpo/objective.py`` takes the per-rollout mean: equal when rollouts have equal token counts).
 
     >>> kl_coefficient(LearnerSettings(kl_coef=0.1), 50.0)
     0.002
@@ -168,7 +168,7 @@ def kl_coefficient(settings: LearnerSettings, tokens: float) -> float:
 
 def our_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     """verl's update metrics under our names; a list (one value per mini-batch) gives its last value,
-    as ``grpo.update`` reports the last epoch.
+    as ``objective.update`` reports the last epoch.
 
     >>> our_metrics({"actor/pg_loss": [0.5, 0.25], "actor/pg_clipfrac": [0.0, 0.1], "grad_norm": 2.0, "mfu": 0.3})
     {'pg_loss': 0.25, 'clip_fraction': 0.1, 'grad_norm': 2.0}
@@ -229,7 +229,7 @@ class VerlActor:
     def __init__(self, settings: LearnerSettings, checkpoint: Path | None = None) -> None:
         from verl.workers.config import FSDPActorConfig
 
-        from .verl_engine import Reference, build_worker
+        from .engine import Reference, build_worker
 
         source = checkpoint or settings.model_dir
         if source is None:

@@ -1,8 +1,9 @@
 """The actor: what a learner step updates and saves, behind one small protocol.
 
-``TorchActor`` is the CPU model (``policy.Policy`` + ``grpo.update``); ``VerlActor``
-(``verl_actor.py``) is verl 0.9.1's FSDP training engine on one CUDA GPU. ``learner.backend``
-picks one; ``backend.check_backend`` refuses one this machine cannot run before anything starts.
+``TorchActor`` is the CPU model (``policy.Policy`` + ``objective.update``); ``VerlActor``
+(``learner/verl/actor.py``) is verl 0.9.1's FSDP training engine on one CUDA GPU. ``learner.backend``
+picks one (``backend.load_actor``); ``backend.check_backend`` refuses one this machine cannot run
+before anything starts.
 """
 
 from __future__ import annotations
@@ -11,10 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from voltbus.services.settings import LearnerSettings
-
-from .backend import check_backend
-from .grpo import Row, update
+from .objective import Row, update
 from .policy import Policy
 
 
@@ -32,7 +30,7 @@ class Actor(Protocol):
 
 
 class TorchActor:
-    """The CPU torch policy, updated by ``grpo.update``."""
+    """The CPU torch policy, updated by ``objective.update``."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -46,13 +44,3 @@ class TorchActor:
 
     def save(self, run_id: str, step: int) -> tuple[Path, str]:
         return self.policy.save(run_id, step)
-
-
-def load_actor(settings: LearnerSettings, checkpoint: Path | None = None) -> Actor:
-    """The backend's actor, from the starting model or from the version saved at ``checkpoint``."""
-    check_backend(settings)
-    if settings.backend == "verl":
-        from .verl_actor import VerlActor
-
-        return VerlActor(settings, checkpoint)
-    return TorchActor(Policy.load(settings, checkpoint))

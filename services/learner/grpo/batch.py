@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .grpo import Row
+from .objective import Row
 
 
 def row_lag(rec: dict[str, Any], version: int) -> tuple[int, bool]:

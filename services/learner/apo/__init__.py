@@ -1,0 +1,1 @@
+"""APO: beam search over prompt templates with a critic model's textual gradients (no torch)."""

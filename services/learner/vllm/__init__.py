@@ -1,0 +1,1 @@
+"""vLLM as the serving backend: each new policy version pushed to vLLM servers (``learner.vllm_urls``)."""

@@ -9,6 +9,9 @@ Sides, each on its own connection to one nats-server (``NatsServer``, production
            connection's ``_process_msg`` (private touch: ``Client._process_msg``, ``Subscription._id``)
   parser   our ``Connection`` as shipped: the sink parser cuts deliveries out of each read (private touch:
            ``Client._ps``, ``Parser.buf``/``state``)
+And, decoded only, ``faststream``: a consumer written with ``voltbus.consumer`` (FastStream's ``NatsBroker``, an
+ordered consumer, each message decoded into an ``Envelope`` and handed to a handler that counts it), what a
+user's own consumer on the log costs next to the projector's feed.
 Control events are OCC appends (``RolloutQueued``, ~390 B, the two OCC headers); span events ``SpanRecorded``
 (~700 B). ``read`` leaves every event undecoded (``Feed.keep``: the read path alone); ``decoded`` decodes
 (what a projector's feed does). Runs alternate the order of the sides; the figures are medians.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import statistics
 import tempfile
 import time
@@ -29,6 +33,7 @@ from nats.aio.client import Client
 from nats.protocol.parser import Parser
 
 from tests.benchmarks.bench_eventlog import rollout_events, span_events
+from voltbus.consumer import Item, log_broker, log_subscriber
 from voltbus.schemas import codec
 from voltbus.schemas.subjects import Topology
 from voltbus.services.eventlog import EventLog
@@ -84,6 +89,25 @@ async def read(side: str, settings: NatsSettings, stream: str, end: int, decoded
         await nc.close()
 
 
+async def consume(settings: NatsSettings, stream: str, end: int) -> float:
+    """Seconds a FastStream consumer (``voltbus.consumer``) takes to hand ``end`` decoded events to its handler."""
+    broker = log_broker(settings, log_level=logging.DEBUG)
+    count, done = 0, asyncio.Event()
+
+    @log_subscriber(broker, stream, settings)  # type: ignore[arg-type]
+    async def handle(item: Item) -> None:
+        nonlocal count
+        count += 1
+        if count >= end:
+            done.set()
+
+    async with broker:
+        start = time.perf_counter()
+        await broker.start()
+        await asyncio.wait_for(done.wait(), 300)
+        return time.perf_counter() - start
+
+
 async def run(control: int = 20_000, spans: int = 20_000, reps: int = 5) -> dict[tuple[str, str], dict[str, float]]:
     """µs per event of each side, per (stream, read|decoded), medians of ``reps`` alternated runs."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,11 +119,15 @@ async def run(control: int = 20_000, spans: int = 20_000, reps: int = 5) -> dict
             out: dict[tuple[str, str], dict[str, float]] = {}
             for stream in ("control", "spans"):
                 for decoded in (False, True):
-                    runs: dict[str, list[float]] = {s: [] for s in SIDES}
+                    sides = (*SIDES, "faststream") if decoded else SIDES
+                    runs: dict[str, list[float]] = {s: [] for s in sides}
                     for rep in range(reps):
-                        order = SIDES[rep % 3 :] + SIDES[: rep % 3]
+                        order = sides[rep % len(sides) :] + sides[: rep % len(sides)]
                         for side in order:
-                            seconds = await read(side, settings, stream, ends[stream], decoded)
+                            if side == "faststream":
+                                seconds = await consume(settings, stream, ends[stream])
+                            else:
+                                seconds = await read(side, settings, stream, ends[stream], decoded)
                             runs[side].append(seconds * 1e6 / ends[stream])
                     key = (stream, "decoded" if decoded else "read")
                     out[key] = {s: statistics.median(v) for s, v in runs.items()}
@@ -109,11 +137,13 @@ async def run(control: int = 20_000, spans: int = 20_000, reps: int = 5) -> dict
 
 
 def report(figures: dict[tuple[str, str], dict[str, float]]) -> str:
-    head = f"{'case':<16} {'public':>8} {'sinks':>8} {'parser':>8} | {'sinks/public':>12} {'parser/sinks':>12}"
+    head = f"{'case':<16} {'public':>8} {'sinks':>8} {'parser':>8} {'faststream':>10} | "
+    head += f"{'sinks/public':>12} {'parser/sinks':>12}"
     lines = [head + "   (µs per event; ratios of rates)", "-" * len(head)]
     for (stream, mode), us in figures.items():
+        fs = f"{us['faststream']:>10.2f}" if "faststream" in us else f"{'-':>10}"
         lines.append(
-            f"{stream + ' ' + mode:<16} {us['public']:>8.2f} {us['sinks']:>8.2f} {us['parser']:>8.2f} | "
+            f"{stream + ' ' + mode:<16} {us['public']:>8.2f} {us['sinks']:>8.2f} {us['parser']:>8.2f} {fs} | "
             f"{us['public'] / us['sinks']:>12.0%} {us['sinks'] / us['parser']:>12.0%}"
         )
     return "\n".join(lines)

@@ -7,59 +7,48 @@ import contextlib
 import logging
 import re
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Collection, Sequence
 from typing import Any, TypeVar
 
-import nats.errors
 from nats.aio.client import Client
 
 from voltbus.schemas.errors import BusAuthRefused, BusUnavailable, PermissionDenied
 
 from ..settings import NatsSettings
-from .parser import STORED, SinkParser
+from .natsprivate import SinkClient
 
 log = logging.getLogger(__name__)
-
-Sink = Callable[[bytes, bytes, bytes], None]
-"""Takes a delivered message's subject, reply subject and payload, as the protocol parser read them."""
 
 T = TypeVar("T")
 
 _REFUSED = re.compile(r'permissions violation for publish to "([^"]+)"')
-"""The server's ``-ERR`` for a refused publish, as nats-py hands it over (lower-cased)."""
+"""The server's ``-ERR`` for a refused publish, as nats-py hands it to the error callback (lower-cased)."""
 
 
-class Connection(Client):
-    """A nats-py client whose subscriptions can hand messages straight to a sink.
+class Connection(SinkClient):
+    """A nats-py client with sinks (``natsprivate.SinkClient``) that hands a refused publish to its publisher.
 
-    A stored message delivered by JetStream (reply subject ``$JS.ACK...``) on a subscription that has a
-    sink skips nats-py's per-message work (header parsing, a ``Msg``, the subscription's queue and task):
-    about three quarters of what reading a stored event cost a projector (BENCHMARKS.md, issue 4). It goes
-    to the sink in delivery order, payload or not; most are cut out of the socket's reads by ``SinkParser``
-    before nats-py's parser sees them. Anything else (JetStream's flow control and heartbeats,
-    which are only headers) takes nats-py's usual path to the subscription's callback.
+    The server answers a refused publish with an ``-ERR`` only, never with an ack: ``connect`` routes that
+    error (nats-py's public ``error_cb``) to the publisher waiting for it, which raises ``PermissionDenied``
+    at once instead of timing out.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.sinks: dict[int, Sink] = {}
-        """Sink of each subscription id that has one."""
         self.refusals: dict[str, set[asyncio.Future[str]]] = {}
         """Publishes in flight per subject (lower case), each resolved with the subject when the server refuses it."""
-        self._ps = SinkParser(self)
 
-    async def _process_err(self, err_msg: str) -> None:
-        """A refused publish that a publisher is waiting for goes to it (it raises ``PermissionDenied``), not to
-        the error callback: the server answers a refused publish with this ``-ERR`` only, never with an ack."""
-        match = _REFUSED.search(err_msg)
+    def take_refusal(self, err: Exception) -> bool:
+        """Hand a refused publish's error to the publishers waiting for it; False when none waits (or it is
+        another error): then it is the error callback's to report."""
+        match = _REFUSED.search(str(err))
         waiting = self.refusals.get(match.group(1)) if match else None
         if not waiting:
-            await super()._process_err(err_msg)
-            return
-        self._err = nats.errors.Error(f"nats: {err_msg.strip(chr(39))}")
+            return False
         for fut in waiting:
             if not fut.done():
                 fut.set_result(match.group(1))  # type: ignore[union-attr]
+        return True
 
     @contextlib.asynccontextmanager
     async def watch_refusals(self, subjects: Collection[str]) -> AsyncIterator[asyncio.Future[str]]:
@@ -88,15 +77,6 @@ class Connection(Client):
                         waiting.discard(fut)
                         if not waiting:
                             del self.refusals[key]
-
-    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
-        sink = self.sinks.get(sid)
-        if sink is None or not reply.startswith(STORED):
-            await super()._process_msg(sid, subject, reply, data, headers)
-            return
-        self.stats["in_msgs"] += 1
-        self.stats["in_bytes"] += len(data)
-        sink(subject, reply, data)
 
 
 @contextlib.asynccontextmanager
@@ -173,6 +153,8 @@ async def connect(settings: NatsSettings, name: str = "voltbus") -> Connection:
     errors: list[str] = []
 
     async def on_error(exc: Exception) -> None:
+        if nc.take_refusal(exc):
+            return
         errors.append(str(exc) or type(exc).__name__)
         if nc.is_connected:
             log.warning("nats (%s): %s", name, errors[-1])

@@ -2,7 +2,8 @@
 
 The feed runs its own ordered push consumer (what nats-py's ``ordered_consumer=True`` sets up: ephemeral,
 in server memory, no acks, flow control, heartbeats) on a core subscription whose messages go straight
-into a local buffer (``Connection`` sinks: no per-message ``Msg``, header parse or task hop). Taking a
+into a local buffer (``natsprivate.SinkClient`` sinks: no per-message ``Msg``, header parse or task hop; on any
+other nats-py client they come through the subscription's callback, public API only). Taking a
 batch with a deadline never cancels anything inside nats-py. A full buffer holds back the answer to
 the server's flow-control request, which pauses delivery.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -33,8 +35,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, Header
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError
 
-from .connection import Connection, unsubscribe
-from .parser import STORED
+from .connection import unsubscribe
+from .natsprivate import STORED, SinkClient
 from .records import BadEvent, Envelope, Passed
 from .replay import BUFFER
 
@@ -143,9 +145,9 @@ class Feed:
 
     async def _subscribe(self) -> None:
         inbox = self.nc.new_inbox()
-        sub = await self.nc.subscribe(inbox, cb=self._control)
-        if isinstance(self.nc, Connection):
-            self.nc.sinks[sub._id] = self._received
+        sub = await self.nc.subscribe(inbox, cb=functools.partial(self._control, inbox=inbox))
+        if isinstance(self.nc, SinkClient):
+            self.nc.add_sink(sub, self._received)
         self.sub, self.expect, self.pending = sub, 1, 0
         config = ConsumerConfig(
             deliver_subject=inbox,
@@ -173,8 +175,8 @@ class Feed:
         server (``INACTIVE_S``). The bus may be away."""
         if sub is None:
             return
-        if isinstance(self.nc, Connection):
-            self.nc.sinks.pop(sub._id, None)
+        if isinstance(self.nc, SinkClient):
+            self.nc.remove_sink(sub)
         if self.sub is sub:
             self.sub = None
         await unsubscribe(sub)
@@ -195,10 +197,10 @@ class Feed:
             self.buffer.append((seq, ns, subject, data))
             self.arrived.set()
 
-    async def _control(self, msg: Msg) -> None:
-        """A message nats-py handed over: flow control and heartbeats (header only), or any message on a
-        connection without sinks."""
-        if self.sub is None or msg.sid != self.sub._id:
+    async def _control(self, msg: Msg, inbox: str) -> None:
+        """A message nats-py handed over on the subscription to ``inbox``: flow control and heartbeats (header
+        only), or any message on a connection without sinks."""
+        if self.sub is None or self.sub.subject != inbox:
             return  # a subscription already replaced
         headers = msg.headers or {}
         if headers.get(Header.STATUS) != "100":

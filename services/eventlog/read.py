@@ -7,13 +7,14 @@ One request returns up to ``BATCH`` messages and an end-of-batch marker that say
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 from collections.abc import Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import Base, Header
+from nats.js.api import Header
 
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError, PublishFailed
@@ -26,11 +27,21 @@ BATCH = 256
 log = logging.getLogger(__name__)
 
 
+def stored_time(stamp: str | None) -> float:
+    """A direct get's ``Nats-Time-Stamp`` (RFC 3339, nanoseconds) in seconds, to the microsecond (0: none).
+
+    >>> stored_time("2026-01-01T00:00:00.123456789Z")
+    1767225600.123456
+    >>> stored_time("2026-01-01T00:00:00Z"), stored_time(None)
+    (1767225600.0, 0.0)
+    """
+    return dt.datetime.fromisoformat(stamp).timestamp() if stamp else 0.0
+
+
 def _record(msg: Msg, subject: str, decode: Callable[[bytes], AnyEvent]) -> Envelope | BadEvent:
     headers = msg.headers or {}
     seq, stored_on = int(headers["Nats-Sequence"]), headers.get("Nats-Subject", subject)
-    stamp = headers.get("Nats-Time-Stamp")
-    time = Base._parse_utc_iso(stamp).timestamp() if stamp else 0.0
+    time = stored_time(headers.get("Nats-Time-Stamp"))
     try:
         return Envelope(seq=seq, subject=stored_on, time=time, event=decode(msg.data))
     except DecodeError as exc:

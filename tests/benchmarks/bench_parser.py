@@ -19,7 +19,7 @@ from nats.protocol.parser import Parser
 
 from tests.benchmarks.bench_eventlog import Figure, Run, summarize, table
 from voltbus.services.eventlog.connection import Connection
-from voltbus.services.eventlog.parser import SinkParser
+from voltbus.services.eventlog.natsprivate import SinkParser
 
 SID = 7
 HEADERS = b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence-Subject: vb.ro.ro-1.>\r\nNats-Msg-Id: ev-123456789\r\n\r\n"

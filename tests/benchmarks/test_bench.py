@@ -9,6 +9,7 @@ import pytest
 from tests.benchmarks import (
     bench_control,
     bench_eventlog,
+    bench_feed,
     bench_gateway,
     bench_parser,
     bench_projector,
@@ -45,6 +46,14 @@ async def test_bench_parser() -> None:
     """The feed's parser next to nats-py's on the same reads (every message counted by both)."""
     (figure,) = await bench_parser.run(messages=2000, reps=2)
     assert figure.events == 2000 and figure.rate > 0 and figure.raw_rate > 0
+
+
+async def test_bench_feed() -> None:
+    """The feed on the public path, on sinks, with the sink parser, and a FastStream consumer: each read it all."""
+    figures = await bench_feed.run(control=500, spans=500, reps=1)
+    assert set(figures) == {(s, m) for s in ("control", "spans") for m in ("read", "decoded")}
+    assert all(set(us) >= set(bench_feed.SIDES) and min(us.values()) > 0 for us in figures.values())
+    assert all("faststream" in us for (_, mode), us in figures.items() if mode == "decoded")
 
 
 def test_bench_spans() -> None:

@@ -34,7 +34,7 @@ class Connection(Client):
 
     A stored message delivered by JetStream (reply subject ``$JS.ACK...``) on a subscription that has a
     sink skips nats-py's per-message work (header parsing, a ``Msg``, the subscription's queue and task):
-    about three quarters of what reading a stored event cost a projector (BENCHMARKS.md, issue 4). It goes
+    most of what reading a stored event cost a projector (BENCHMARKS.md, "Event log"). It goes
     to the sink in delivery order, payload or not; most are cut out of the socket's reads by ``SinkParser``
     before nats-py's parser sees them. Anything else (JetStream's flow control and heartbeats,
     which are only headers) takes nats-py's usual path to the subscription's callback.

@@ -1,6 +1,6 @@
 """The protocol parser of a connection with sinks: stored messages for a sink are cut out of what the socket
 read without nats-py's per-message work (two regular expressions, a dict of arguments, two deletions from
-the buffer's front, an awaited call), about 5 µs of a control event's 14 µs of reading (BENCHMARKS.md, issue 4).
+the buffer's front, an awaited call); its cost per message against nats-py's parser: BENCHMARKS.md, "Event log".
 
 Only ``MSG`` / ``HMSG`` lines of a subscription that has a sink, with a JetStream reply (``$JS.ACK.``), take
 this path; at the first anything else (a ping, flow control, another subscription's message, a line it

@@ -1,7 +1,7 @@
 """The projector's decoder of the spans stream: a ModelCalled's token ids and logprobs stay JSON text.
 
 Decoding 256 + 128 token ids and 128 logprobs into Python objects is most of the cost of reading a
-model call (~25 of ~29 µs), and turning them into Arrow lists costs as much again. The projector only
+model call, and turning them into Arrow lists costs as much again (BENCHMARKS.md, "Projections"). The projector only
 stores them, so :func:`decode_spans` keeps them as :class:`msgspec.Raw` text (everything else is
 decoded and checked as usual) and DuckDB turns the text into ``INTEGER[]`` / ``DOUBLE[]`` columns in
 the ModelCalled block (``from_json_strict``).
@@ -38,7 +38,8 @@ _KINDS = bytes(
 list may hold to ``.``, the rest to ``x``."""
 _LONG_EXPONENT = re.compile(rb"e\.?000")
 """An exponent of three digits or more in a float list's ``_KINDS`` (its sign reads ``.``). Searched in those
-rather than in the text, where a pattern that starts with ``[eE]`` took 13 µs for 128 logprobs with exponents."""
+rather than in the text, where a pattern that starts with ``[eE]`` is several times slower (BENCHMARKS.md,
+"Projections")."""
 _LONG_DIGITS = b"0" * 100
 """A run of digits this long: below it and below exponent 100, a float is within 1e-198..1e198, no
 overflow, no underflow, read alike by msgspec and DuckDB (a longer run goes to the strict codec)."""

@@ -288,7 +288,8 @@ def control_row(env: Envelope) -> tuple[str, Row] | None:
 def fold_tables(folded: Sequence[tuple[RolloutState, int]]) -> list[tuple[str, pa.Table]]:
     """The rows of the rollouts a batch changed, their attempts' and their kept folds, from their folded states
     (each with the sequence of the last event that changed it), as Arrow tables built column by column: no
-    row dicts, ~40% cheaper than ``from_pylist`` of them. JSON columns get msgspec's text as bytes (UTF-8)."""
+    row dicts, cheaper than ``from_pylist`` of them (BENCHMARKS.md, "Projections"). JSON columns get msgspec's text
+    as bytes (UTF-8)."""
     if not folded:
         return []
     states = [s for s, _ in folded]

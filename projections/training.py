@@ -96,7 +96,8 @@ def _clear(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], keys: list[
 def _of_keys(con: duckdb.DuckDBPyConnection, block: Block, keys: Iterable[Key]) -> list[tuple[Any, ...]]:
     """The rows ``block`` finds for the attempt ids of ``keys`` (each row begins with its rollout_id and attempt_id)
     that are rows of ``keys`` themselves. The block looks the ids up by a one-column index and the pairs are matched
-    here: as one SQL join on both columns, DuckDB read the whole table at every commit (BENCHMARKS.md, issue 4)."""
+    here: as one SQL join on both columns, DuckDB read the whole table at every commit (BENCHMARKS.md,
+    "Projections")."""
     wanted = set(keys)
     rows = con.execute(block.sql, {"attempt_ids": sorted({a for _, a in wanted})}).fetchall()
     return [row for row in rows if row[:2] in wanted]
@@ -136,9 +137,9 @@ class Held:
     """Ended attempts whose refresh waits for their telemetry, each with where the control batch that ended it was
     stored (time, sequence): the spans stream is read apart from the control stream and lags behind it, so a refresh
     when the end is applied would mostly see none of the spans stored before it, and be done again when they arrive
-    (twice for nearly every attempt at 256 rollouts in flight, BENCHMARKS.md issue 4). Such an attempt is refreshed
-    once the spans stream has applied a message stored at or after its end, or when the spans stream has nothing
-    more; until then a query that waits for a control sequence at or past its end waits for it too."""
+    (twice for nearly every attempt at 256 rollouts in flight, BENCHMARKS.md, "Projections"). Such an attempt is
+    refreshed once the spans stream has applied a message stored at or after its end, or when the spans stream has
+    nothing more; until then a query that waits for a control sequence at or past its end waits for it too."""
 
     def __init__(self) -> None:
         self.ends: dict[Key, tuple[float, int]] = {}

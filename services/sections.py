@@ -53,7 +53,7 @@ class ProjectorSettings(BaseModel):
     span_readers: int = Field(default=1, ge=0, le=16)
     """Reader processes of the spans stream (``VOLTBUS_PROJECTOR__SPAN_READERS``): they read, decode and
     prepare a share of it each, so that the projector's process does little but DuckDB's work; 0: all in
-    the projector's process. On two cores one is fastest (BENCHMARKS.md, issue 4)."""
+    the projector's process. On two cores one is fastest (BENCHMARKS.md, "Projections")."""
     control_readers: int = Field(default=0, ge=0, le=16)
     """Reader processes of the control stream (``VOLTBUS_PROJECTOR__CONTROL_READERS``); 0 (the default):
     in the projector's process. On two cores, a live run's small batches cost more to hand over than to prepare
@@ -64,19 +64,19 @@ class ProjectorSettings(BaseModel):
     stream: at start-up (a projector that was stopped while the log grew), in ``voltbus replay``, which keeps it to
     the end, and again after a reader failed or the log was found to differ from the checkpoint. A live projector
     goes back to reading the stream itself once less than a batch is left. Not when the database holds more folded
-    rollouts than the backlog has messages (the reader gets them all first). On two cores, catching up on 60,000
-    control events took ~20% less time with a reader, on 10,000 about the same: the reader's start and first cut
-    cost a fixed time (BENCHMARKS.md, issue 4)."""
+    rollouts than the backlog has messages (the reader gets them all first). On two cores a large backlog is caught
+    up on faster with a reader, a small one about as fast: the reader's start and first cut cost a fixed time
+    (BENCHMARKS.md, "Projections")."""
     training_refresh_s: float = Field(default=0.2, ge=0)
     """Shortest time between two training refreshes of the live projection (``VOLTBUS_PROJECTOR__TRAINING_REFRESH_S``):
     the training rows of attempts that end meanwhile are computed together, in one refresh of a few statements,
-    instead of one refresh per commit (BENCHMARKS.md, issue 4). A query waiting for both streams (training data)
+    instead of one refresh per commit (BENCHMARKS.md, "Projections"). A query waiting for both streams (training data)
     waits for them; 0: each in the commit that ends the attempt or brings its telemetry."""
     duckdb_threads: int = Field(default=1, ge=0, le=1024)
     """DuckDB's worker threads for the projector's database (``VOLTBUS_PROJECTOR__DUCKDB_THREADS``; 0: DuckDB's
     default, one per core). 1 by default: the projector's batches are too small for DuckDB to split, and idle
-    workers cost CPU in every statement (on two cores a live run's small commits took ~10% less CPU with 1,
-    BENCHMARKS.md, issue 4). SQL over the projector's endpoint shares the setting: raise it where large queries
+    workers cost CPU in every statement (a live run's small commits take less CPU with 1: BENCHMARKS.md,
+    "Projections"). SQL over the projector's endpoint shares the setting: raise it where large queries
     on a live projection matter more than ingest."""
     max_rows: int = 100_000
     """Most rows one SQL query returns over the endpoint (a clear error past it)."""

@@ -345,11 +345,19 @@ def inference(
 @app.command()
 def learner(
     tasks: Annotated[Path, typer.Option("--tasks", help="training tasks, one JSON value per line")],
-    model: Annotated[Path | None, typer.Option("--model", help="starting model directory [env: VOLTBUS_LEARNER__MODEL_DIR]")] = None,  # noqa: E501
-    run_id: Annotated[str | None, typer.Option("--run-id", help="run to start or continue [env: VOLTBUS_LEARNER__RUN_ID]")] = None,  # noqa: E501
+    model: Annotated[
+        Path | None, typer.Option("--model", help="starting model directory [env: VOLTBUS_LEARNER__MODEL_DIR]")
+    ] = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", help="run to start or continue [env: VOLTBUS_LEARNER__RUN_ID]")
+    ] = None,
     steps: Annotated[int | None, typer.Option(help="learner steps (default 20)")] = None,
-    val_tasks: Annotated[Path | None, typer.Option("--val-tasks", help="validate on these tasks before and after")] = None,  # noqa: E501
-    time_budget_s: Annotated[float | None, typer.Option("--time-budget-s", help="stop after this much training")] = None,  # noqa: E501
+    val_tasks: Annotated[
+        Path | None, typer.Option("--val-tasks", help="validate on these tasks before and after")
+    ] = None,
+    time_budget_s: Annotated[
+        float | None, typer.Option("--time-budget-s", help="stop after this much training")
+    ] = None,
     nats_url: NatsUrl = None,
 ) -> None:
     """Run the GRPO learner: publish versions, enqueue batches, train on their rows, resume after a crash."""
@@ -398,7 +406,8 @@ def train(
     updates = {"model_dir": model, "run_id": run_id, "seed": seed}
     settings.learner = settings.learner.model_copy(update={k: v for k, v in updates.items() if v is not None})
     result = asyncio.run(train_offline(settings, selection, epochs, say, db))
-    say(f"offline run {result['run_id']}: {result['rows']} rows, dataset {result['dataset_sha256']}, published {result['published']}")  # noqa: E501
+    rows, dataset = result["rows"], result["dataset_sha256"]
+    say(f"offline run {result['run_id']}: {rows} rows, dataset {dataset}, published {result['published']}")
 
 
 @model_app.command("init")
@@ -429,7 +438,9 @@ def up(
     data_dir: Annotated[Path | None, typer.Option(help="where named volumes live (default: <data dir>/up)")] = None,
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="readiness deadline of each service")] = 180.0,
     keep_going: Annotated[bool, typer.Option(help="keep the rest running when a service dies")] = False,
-    exit_code_from: Annotated[str | None, typer.Option("--exit-code-from", help="stop all when this service exits; its exit code")] = None,  # noqa: E501
+    exit_code_from: Annotated[
+        str | None, typer.Option("--exit-code-from", help="stop all when this service exits; its exit code")
+    ] = None,
 ) -> None:
     """Run docker-compose.yml's services as local processes (embedded bus, no Docker); Ctrl-C stops them."""
     import os

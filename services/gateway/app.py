@@ -101,7 +101,7 @@ def build_app(settings: Settings) -> Starlette:
 
 def main(settings: Settings) -> None:
     """Serve the gateway until interrupted, on uvloop's event loop (``services.loop``): its transports cost
-    less CPU per call than asyncio's (BENCHMARKS.md)."""
+    less CPU per call than asyncio's (BENCHMARKS.md, "Gateway")."""
     loop.run(run(settings))
 
 

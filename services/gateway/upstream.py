@@ -9,8 +9,8 @@ agent. The outcome says what finally happened, on which engine, after how many r
 which engines were tried, so the call can be recorded and answered (502/504 naming the engines).
 
 The client is aiohttp rather than httpx: httpcore's pool re-checks every pooled connection
-(``getpeername``) on every request, which cost about a third of the gateway's CPU per call
-(BENCHMARKS.md, "Gateway (issue 6)"). Bodies go out as bytes encoded once (``Call.body``), and
+(``getpeername``) on every request, a large share of the gateway's CPU per call
+(BENCHMARKS.md, "Gateway"). Bodies go out as bytes encoded once (``Call.body``), and
 the engine's answer is kept as bytes (``Outcome.raw``) so it can be passed on and recorded as is.
 """
 

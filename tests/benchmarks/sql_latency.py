@@ -1,5 +1,6 @@
 """Latency of one small query through the projector's ``/sql``, as this checkout builds the endpoint: run it in two
-checkouts (``PYTHONPATH=. python -m tests.benchmarks.sql_latency LABEL``) to compare commits (BENCHMARKS.md, issue 24).
+checkouts (``PYTHONPATH=. python -m tests.benchmarks.sql_latency LABEL``) to compare commits (BENCHMARKS.md,
+"SQL endpoint").
 """
 
 from __future__ import annotations

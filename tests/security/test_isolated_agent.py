@@ -47,8 +47,8 @@ def test_the_child_job_has_no_bus_settings() -> None:
 
 def runner_secrets_in_environment(
     server: NatsServer,
-    auth_dir: Path,
-    monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+    auth_dir: Path,  # noqa: F811 (the argument, not the imported fixture of the same name)
+    monkeypatch: pytest.MonkeyPatch,
 ) -> NatsSettings:
     """The runner user's settings, its user and password also in this process's environment (as compose sets
     them): an agent must inherit neither."""

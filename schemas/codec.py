@@ -24,7 +24,7 @@ def encode(event: AnyEvent) -> bytes:
 
     >>> from voltbus.schemas.rollouts import AttemptStarted
     >>> encode(AttemptStarted(event_id="e1", rollout_id="ro-1", attempt_id="at-1", at=1.5))
-    b'{"type":"AttemptStarted","event_id":"e1","schema_version":1,"rollout_id":"ro-1","attempt_id":"at-1","at":1.5}'
+    b'{"type":"AttemptStarted","event_id":"e1","schema_version":1,"rollout_id":"ro-1","attempt_id":"at-1","at":1.5,"holder_sig":null}'
     """
     return _encoder.encode(event)
 
@@ -50,7 +50,7 @@ def decode_control(data: bytes | bytearray | memoryview) -> ControlEvent:
     """Decode one control-stream event.
 
     >>> decode_control(b'{"type":"AttemptStarted","event_id":"e1","rollout_id":"r","attempt_id":"a","at":1}')
-    AttemptStarted(event_id='e1', schema_version=1, rollout_id='r', attempt_id='a', at=1.0)
+    AttemptStarted(event_id='e1', schema_version=1, rollout_id='r', attempt_id='a', at=1.0, holder_sig=None)
     """
     try:
         return _control.decode(data)

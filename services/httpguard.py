@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from voltbus.schemas.errors import VoltbusError
 
-from .natsserver import is_loopback
+from .sockets import is_loopback
 
 log = logging.getLogger(__name__)
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1"]

@@ -16,8 +16,8 @@ from typing import Any
 import uvicorn
 
 from .http11 import LimitedProtocol
-from .natsserver import check_port
 from .settings import HttpSettings
+from .sockets import check_port
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import TypeVar
 import pytest
 
 from voltbus.services.eventlog import EventLog
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.serving import free_port  # noqa: F401  (tests import it from here)
 from voltbus.services.settings import BusSettings, NatsSettings
 

@@ -22,7 +22,7 @@ import pytest
 import voltbus
 from voltbus.schemas.errors import StreamConfigMismatch, VoltbusError
 from voltbus.services.eventlog import Envelope, EventLog
-from voltbus.services.natsserver import find_binary
+from voltbus.services.ops.natsserver import find_binary
 from voltbus.services.settings import NatsSettings
 
 from .conftest import free_port, wait_for

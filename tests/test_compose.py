@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from voltbus.cli import app
 from voltbus.schemas.subjects import Topology
-from voltbus.services.compose import (
+from voltbus.services.ops.compose import (
     AUTH_MOUNT,
     VOLTBUS,
     ComposeError,
@@ -29,8 +29,8 @@ from voltbus.services.compose import (
     read_env_file,
     start_order,
 )
-from voltbus.services.credentials import PLACES, copy_roles, ensure_credentials
-from voltbus.services.natsauth import ROLES
+from voltbus.services.ops.credentials import PLACES, copy_roles, ensure_credentials
+from voltbus.services.ops.natsauth import ROLES
 from voltbus.services.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -305,7 +305,7 @@ def test_topology_is_localized_for_voltbus_up(auth_dir: Path, tmp_path: Path) ->
 def test_voltbus_up_refuses_the_vllm_image_and_runs_the_gpu_profile_s_voltbus_services(
     auth_dir: Path, tmp_path: Path
 ) -> None:
-    from voltbus.services.up import ServiceFailed, select
+    from voltbus.services.ops.up import ServiceFailed, select
 
     topo = load_topology(COMPOSE, {"VB_AUTH_DIR": str(auth_dir)}, tmp_path)
     assert "vllm" not in select(topo, None, []) and "learner-verl" not in select(topo, None, [])

@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from voltbus.model import build_tiny_model, build_tokenizer, save_model_dir
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.projector.client import rebuild
 from voltbus.services.settings import NatsSettings, Settings
 from voltbus.trainer import GRPO, Trainer

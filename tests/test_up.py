@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
-from voltbus.services.compose import read_env_file
+from voltbus.services.ops.compose import read_env_file
 
 ROOT = Path(__file__).resolve().parents[1]
 VOLTBUS = [sys.executable, "-c", "from voltbus.cli import main; main()"]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import voltbus as agl
-from voltbus.services.demo import answers, start_embedded
+from voltbus.services.ops.embedded import answers, start_embedded
 from voltbus.services.projector.client import rebuild
 from voltbus.services.settings import Settings
 from voltbus.trainer import APO, Trainer

@@ -5,6 +5,7 @@ response is released when it was read to the end (its connection is reused), els
 connection (the engine sees the request cancelled when the agent went away); the assembled call is
 recorded (``status="error"``, type ``Cancelled``, when the agent disconnected before the end), and
 the call leaves the in-flight count. Recording is shielded from the cancellation of a disconnect.
+``assembler.py`` folds the chunks into the recorded call.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import anyio
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from .assembler import StreamAssembler
 from .errors import error_response
 from .record import Call, model_called
 from .state import Gateway
-from .stream import StreamAssembler
 from .upstream import CLIENT_ERRORS, failure_answer, routing_key
 
 

@@ -31,9 +31,9 @@ from voltbus.projections.projector import Projector
 from voltbus.schemas.errors import QueryRefused
 from voltbus.services.eventlog import EventLog
 from voltbus.services.httpguard import check_exposure, guard
-from voltbus.services.natsserver import check_port
 from voltbus.services.serving import build_server
 from voltbus.services.settings import Settings
+from voltbus.services.sockets import check_port
 
 from .sql import limits_of, query, truncated_to
 

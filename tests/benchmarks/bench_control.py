@@ -68,7 +68,7 @@ from voltbus.schemas.subjects import Topology
 from voltbus.schemas.workers import WorkerStatusReported
 from voltbus.services.eventlog.append import EXPECTED_SUBJECT
 from voltbus.services.lifecycle import decider
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.settings import BusSettings, NatsSettings
 from voltbus.store import EnqueueRolloutRequest, Store, connect
 from voltbus.store.base import new_id

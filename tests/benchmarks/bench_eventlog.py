@@ -47,7 +47,7 @@ from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.subjects import Topology, subject_for
 from voltbus.services.eventlog import Appended, Envelope, EventLog, ensure_streams
 from voltbus.services.eventlog.append import EXPECTED_SUBJECT
-from voltbus.services.natsserver import NatsServer, find_binary
+from voltbus.services.ops.natsserver import NatsServer, find_binary
 from voltbus.services.settings import BusSettings, NatsSettings
 
 ROOT = Path(__file__).resolve().parents[2]

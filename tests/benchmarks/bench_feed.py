@@ -39,7 +39,7 @@ from voltbus.schemas.subjects import Topology
 from voltbus.services.eventlog import EventLog
 from voltbus.services.eventlog.connection import connect
 from voltbus.services.eventlog.feed import Feed
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.settings import BusSettings, NatsSettings
 
 SIDES = ("public", "sinks", "parser")

@@ -51,7 +51,7 @@ from tests.benchmarks.bench_eventlog import (
 from tests.benchmarks.bench_runner import proc_cpu
 from tests.services.gateway.stub_llm import StubControl, free_port, stub_app
 from voltbus.services.keys import rollout_key
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.settings import BusSettings, NatsSettings
 from voltbus.store import connect
 

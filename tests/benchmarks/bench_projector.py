@@ -88,7 +88,7 @@ from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.rollouts import AttemptClaimed
 from voltbus.schemas.spans import ModelCalled
 from voltbus.services.eventlog import BadEvent, Envelope, EventLog
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.projector.client import rebuild
 from voltbus.services.settings import BusSettings, NatsSettings, ProjectorSettings, Settings
 

@@ -68,7 +68,7 @@ from voltbus.projections import forks, reader
 from voltbus.projections.follow import project
 from voltbus.projections.projector import Projector
 from voltbus.schemas.resources import LLM
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.settings import BusSettings, NatsSettings, RunnerSettings, Settings
 from voltbus.store import EnqueueRolloutRequest, Store, connect
 

@@ -42,7 +42,7 @@ from voltbus.projections.adapter import AdapterSettings, adapt
 from voltbus.projections.follow import ends_at, project
 from voltbus.projections.projector import Projector
 from voltbus.services.eventlog import EventLog
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.projector.client import rebuild
 from voltbus.services.settings import BusSettings, NatsSettings, Settings
 

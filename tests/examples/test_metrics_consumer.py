@@ -22,7 +22,7 @@ from voltbus.schemas import derive_id
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.spans import Usage
 from voltbus.services.eventlog import BadEvent, Envelope, EventLog
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.settings import NatsSettings
 
 from ..conftest import wait_for

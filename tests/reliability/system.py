@@ -20,9 +20,9 @@ import httpx
 
 from tests.conftest import wait_until
 from voltbus.schemas.subjects import Topology
-from voltbus.services.credentials import ensure_credentials
-from voltbus.services.natsauth import read_credentials
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.credentials import ensure_credentials
+from voltbus.services.ops.natsauth import read_credentials
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.serving import free_port
 from voltbus.services.settings import BusSettings, NatsSettings
 

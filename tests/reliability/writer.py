@@ -24,7 +24,7 @@ from voltbus.schemas.commands import (
 )
 from voltbus.services.eventlog import EventLog
 from voltbus.services.lifecycle import decider
-from voltbus.services.natsauth import read_credentials
+from voltbus.services.ops.natsauth import read_credentials
 from voltbus.services.settings import NatsSettings
 
 from .checkers import encode_command

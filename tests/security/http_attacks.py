@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.serving import free_port
 from voltbus.services.settings import BusSettings
 

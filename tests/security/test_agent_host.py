@@ -21,7 +21,7 @@ from voltbus.schemas.resources import PromptTemplate
 from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.schemas.spans import SpanRecorded
 from voltbus.services.eventlog import Envelope, EventLog
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.runner.app import SHARED_CREDENTIALS, Runner
 from voltbus.services.settings import NatsSettings, Settings
 from voltbus.store import Store, connect

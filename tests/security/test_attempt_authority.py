@@ -28,7 +28,7 @@ from voltbus.services.lifecycle import decider
 from voltbus.services.lifecycle.authority import Holder, refusal, verifies
 from voltbus.services.lifecycle.signing import SigningDecider
 from voltbus.services.lifecycle.state import RolloutState
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.store import Store, connect
 
 from .test_bus_permissions import admin_log, auth_dir, role_settings, secured_server  # noqa: F401

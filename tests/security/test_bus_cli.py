@@ -15,8 +15,8 @@ from voltbus.schemas.errors import BusAuthRefused, BusUnavailable
 from voltbus.schemas.subjects import Topology
 from voltbus.services.eventlog import EventLog
 from voltbus.services.eventlog.connection import connect
-from voltbus.services.natsauth import init_auth, read_credentials
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsauth import init_auth, read_credentials
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.settings import BusSettings, NatsSettings
 
 from .test_bus_permissions import NS

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from voltbus.schemas.subjects import Topology
-from voltbus.services.natsauth import init_auth
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsauth import init_auth
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.settings import BusSettings
 
 from .test_bus_cli import VOLTBUS

@@ -22,8 +22,8 @@ from voltbus.schemas.subjects import Topology
 from voltbus.schemas.training import RunStarted
 from voltbus.services.eventlog import EventLog
 from voltbus.services.eventlog.connection import connect, credentials
-from voltbus.services.natsauth import ROLES, init_auth, read_credentials
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsauth import ROLES, init_auth, read_credentials
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.settings import BusSettings, NatsSettings
 
 from ..conftest import wait_for

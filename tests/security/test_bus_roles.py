@@ -26,7 +26,7 @@ from voltbus.schemas.training import RunStarted
 from voltbus.services.coordinator.app import run as run_coordinator
 from voltbus.services.eventlog import Envelope, EventLog
 from voltbus.services.gateway import build_app
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.projector.app import run as run_projector
 from voltbus.services.runner.app import Runner
 from voltbus.services.serving import free_port

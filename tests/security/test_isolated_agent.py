@@ -13,7 +13,7 @@ import pytest
 from voltbus.schemas.resources import PromptTemplate
 from voltbus.schemas.spans import RewardReported, SpanRecorded
 from voltbus.services.eventlog import Envelope, EventLog
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.runner.app import Runner
 from voltbus.services.runner.isolate import ChildJob
 from voltbus.services.settings import NatsSettings, RunnerSettings, Settings

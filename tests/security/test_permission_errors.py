@@ -22,8 +22,8 @@ from voltbus.schemas.resources import ResourcesPublished
 from voltbus.schemas.rollouts import AttemptSucceeded
 from voltbus.schemas.spans import RewardReported
 from voltbus.services.eventlog import EventLog
-from voltbus.services.natsauth import read_credentials
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsauth import read_credentials
+from voltbus.services.ops.natsserver import NatsServer
 
 from .test_bus_cli import VOLTBUS
 from .test_bus_permissions import (

@@ -21,9 +21,9 @@ import pytest
 from tests.conftest import free_port, wait_for
 from tests.test_up import UpProcess
 from voltbus.schemas.subjects import Topology
-from voltbus.services.compose import read_env_file
 from voltbus.services.keys import rollout_key
-from voltbus.services.natsauth import ROLES, init_auth
+from voltbus.services.ops.compose import read_env_file
+from voltbus.services.ops.natsauth import ROLES, init_auth
 
 SECRETS = ["VOLTBUS_GATEWAY__KEY_SECRET", "VOLTBUS_GATEWAY__ADMIN_KEY", "VOLTBUS_PROJECTOR__TOKEN"]
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "2+3="}], "max_tokens": 2}

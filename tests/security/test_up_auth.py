@@ -16,8 +16,8 @@ import pytest
 
 from tests.conftest import free_port
 from tests.test_up import ROOT, VOLTBUS, UpProcess
-from voltbus.services.compose import load_topology, read_env_file
-from voltbus.services.natsauth import ROLES
+from voltbus.services.ops.compose import load_topology, read_env_file
+from voltbus.services.ops.natsauth import ROLES
 
 COMPOSE = ROOT / "docker-compose.yml"
 

@@ -15,10 +15,10 @@ from tests.conftest import start_server
 from tests.projections import training_workload, workload
 from tests.projections.conftest import dump
 from voltbus.services.eventlog import EventLog
-from voltbus.services.eventlog.backup import BackupError, backup, list_streams
 from voltbus.services.eventlog.connection import connect as connect_bus
-from voltbus.services.eventlog.restore import restore
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.backup import BackupError, backup, list_streams
+from voltbus.services.ops.natsserver import NatsServer
+from voltbus.services.ops.restore import restore
 from voltbus.services.projector.client import rebuild
 from voltbus.services.settings import NatsSettings, Settings
 from voltbus.store import Store, connect

@@ -13,7 +13,7 @@ from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import PublishFailed, StreamConfigMismatch
 from voltbus.schemas.resources import PromptTemplate, ResourcesPublished
 from voltbus.services.eventlog import Envelope, EventLog
-from voltbus.services.natsserver import NatsServer
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.settings import BusSettings, NatsSettings
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 @asynccontextmanager
 async def bus(settings: Settings, say: Callable[[str], None]) -> AsyncIterator[Settings]:
     """The configured bus if one answers, else an embedded one for the duration."""
-    from voltbus.services.demo import answers, start_embedded
+    from voltbus.services.ops.embedded import answers, start_embedded
 
     if await answers(settings):
         yield settings

@@ -9,8 +9,8 @@ import openai
 import pytest
 
 from voltbus.model import build_tokenizer
+from voltbus.services.gateway.assembler import StreamAssembler
 from voltbus.services.gateway.rewrite import read_response
-from voltbus.services.gateway.stream import StreamAssembler
 
 from .conftest import MODEL
 

@@ -28,9 +28,8 @@ from nats.js.api import Header
 
 from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.subjects import Topology
-
-from ..progress import Meter, Say
-from .connection import unsubscribe
+from voltbus.services.eventlog import unsubscribe
+from voltbus.services.progress import Meter, Say
 
 FORMAT = "voltbus-backup/1"
 MANIFEST = "manifest.json"

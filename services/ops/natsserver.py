@@ -7,13 +7,11 @@ One clear line per failure a user will hit, never a traceback.
 from __future__ import annotations
 
 import collections
-import ipaddress
 import logging
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -22,9 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from voltbus.schemas.errors import BusStartFailed
+from voltbus.services.settings import BusSettings, Settings
+from voltbus.services.sockets import check_port, is_loopback
 
 from .natsauth import auth_file
-from .settings import BusSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -100,25 +99,6 @@ def security_lines(bus: BusSettings) -> list[str]:
     return lines
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine's loopback only (a name: every address it resolves to).
-
-    >>> [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "")]
-    [True, True, True, False, False]
-    """
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        pass
-    if not host:
-        return False
-    try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
-    except OSError:
-        return False
-    return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
-
-
 def check_exposure(bus: BusSettings) -> None:
     """Refuse to serve a bus without authentication anywhere but loopback, with one line saying how to add it."""
     if bus.auth_dir is None and not is_loopback(bus.host):
@@ -138,21 +118,6 @@ def check_data_dir(data_dir: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise BusStartFailed(f"data dir {data_dir} is not writable: {exc.strerror or exc}") from None
-
-
-def check_port(host: str, port: int, what: str) -> None:
-    """Fail with one line when ``host:port`` is already taken (port 0 or -1: any free port)."""
-    if port <= 0:
-        return
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise BusStartFailed(
-                f"{what} port {host}:{port} is in use ({exc.strerror}); pass another with --port/--monitor-port "
-                f"or stop the process holding it"
-            ) from None
 
 
 class NatsServer:

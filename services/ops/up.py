@@ -1,7 +1,7 @@
 """``voltbus up``: docker-compose.yml's topology as local processes, supervised.
 
 The ``nats`` service is the embedded nats-server; every other service runs its compose command
-(``services/compose.py`` localizes it) in its own process group, logs prefixed with its name. Each
+(``compose.py`` beside this module localizes it) in its own process group, logs prefixed with its name. Each
 service is started once what it depends on is ready (bus up, or its health URL answering 200), within
 a deadline. Ctrl-C or SIGTERM stops everything (SIGTERM to each group, SIGKILL after a grace period);
 a service that dies is reported with its exit code and last lines, and the rest are stopped.
@@ -27,10 +27,10 @@ from pathlib import Path
 import httpx
 
 from voltbus.schemas.errors import BusStartFailed, VoltbusError
+from voltbus.services.settings import BusSettings
 
 from .compose import AUTH_MOUNT, VOLTBUS, Service, start_order
 from .natsserver import NatsServer
-from .settings import BusSettings
 
 _COLORS = [36, 33, 35, 32, 34, 91, 96, 93, 95, 92]
 _REFUSED = re.compile(r"Violation|authentication error")

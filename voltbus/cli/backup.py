@@ -1,7 +1,6 @@
 """``voltbus backup`` and ``voltbus restore``: a namespace's streams and weights to a directory and back.
 
-Registered on the main app by ``voltbus.cli`` (``register(app)``); the work is in
-``services/eventlog/backup.py`` and ``restore.py``.
+The work is in ``services/ops/backup.py`` and ``restore.py``.
 """
 
 from __future__ import annotations
@@ -19,11 +18,12 @@ Namespace = Annotated[
 
 
 async def _run(nats_url: str | None, namespace: str | None, work: str, path: Path, force: bool = False) -> None:
-    from voltbus.cli import say, settings_for
-    from voltbus.services.eventlog.backup import backup
     from voltbus.services.eventlog.connection import connect
-    from voltbus.services.eventlog.restore import restore
     from voltbus.services.eventlog.streams import topology_of
+    from voltbus.services.ops.backup import backup
+    from voltbus.services.ops.restore import restore
+
+    from .common import say, settings_for
 
     settings = settings_for(nats_url).nats
     if namespace:
@@ -64,9 +64,3 @@ def restore_command(
 
     With VOLTBUS_NATS__REPLICAS above 1 (a cluster), every stream is restored with that many copies."""
     asyncio.run(_run(nats_url, namespace, "restore", source, force))
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``backup`` and ``restore`` to the ``voltbus`` app."""
-    app.command("backup")(backup_command)
-    app.command("restore")(restore_command)

@@ -18,8 +18,8 @@ import nats.errors
 from nats.aio.client import Client
 
 from voltbus.schemas.subjects import Topology
+from voltbus.services.progress import Meter, Say
 
-from ..progress import Meter, Say
 from .backup import CHUNK, FORMAT, MANIFEST, BackupError, _api, list_streams
 
 

@@ -1,4 +1,5 @@
-"""Assembling a streamed (SSE) call from its chunks, as they pass through to the agent.
+"""Assembling a streamed (SSE) call from its chunks, as they pass through to the agent: no I/O here;
+``streaming.py`` serves the stream and records the call this assembles.
 
 The bytes are forwarded untouched; a copy is split into ``data:`` lines and folded into one
 response in the non-streamed shape (content or text, token ids, logprobs, finish reason, usage per

@@ -1,6 +1,6 @@
 """``voltbus apo``: the APO learner as a service, against a running system (runners serving the agent
 elsewhere, a projector answering SQL): the same search as ``Trainer(algorithm=APO(...))``, spread over
-machines. Registered on the main app by ``voltbus.cli`` (``register(app)``)."""
+machines."""
 
 from __future__ import annotations
 
@@ -37,11 +37,12 @@ def apo_command(
     """Run APO (prompt search with a critic model) against running runners; resumes a stopped run id."""
     import msgspec
 
-    from voltbus.cli import say, settings_for
     from voltbus.schemas.errors import InvalidCommand
     from voltbus.schemas.resources import PromptTemplate, Resource
     from voltbus.services.learner.app import load_tasks
     from voltbus.trainer.apo import APO
+
+    from .common import say, settings_for
 
     if not prompt_file.is_file():
         raise InvalidCommand(f"--prompt-file {prompt_file}: no such file")
@@ -68,8 +69,3 @@ def apo_command(
         f"APO run {result['run_id']}: validation {result['before']:.3f} -> {result['after']:.3f}; best template "
         f"published as {result['resources_id']}:\n{result['template']}"
     )
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``voltbus apo`` to ``app``."""
-    app.command("apo")(apo_command)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .eventlog import EventLog
-from .settings import NatsSettings
+from voltbus.services.eventlog import EventLog
+from voltbus.services.settings import NatsSettings
 
 
 async def show_streams(settings: NatsSettings, say: Callable[[str], None]) -> None:

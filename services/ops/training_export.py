@@ -16,9 +16,8 @@ import pyarrow.parquet as pq
 from voltbus.projections.blocks import SQL_DIR, parse
 from voltbus.schemas.errors import InvalidCommand
 from voltbus.services.progress import Meter
+from voltbus.services.projector.client import run_sql
 from voltbus.services.settings import Settings
-
-from .client import run_sql
 
 TABLES = {"triplets": "rollout_id, attempt_id, call_index", "trajectories": "rollout_id, attempt_id, row_index"}
 LAST_CALL = {"triplets": "call_id", "trajectories": "call_ids[len(call_ids)]"}

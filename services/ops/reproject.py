@@ -15,9 +15,8 @@ import msgspec
 
 from voltbus.projections.adapter import AdapterSettings, parse_settings, settings_id
 from voltbus.schemas.errors import InvalidCommand
+from voltbus.services.projector.client import open_read_only, rebuild
 from voltbus.services.settings import Settings
-
-from .client import open_read_only, rebuild
 
 COUNTS = ", ".join(f"(SELECT count(*) FROM {t})" for t in ("training_attempts", "triplets", "trajectories"))
 

@@ -12,37 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-from voltbus.schemas.errors import BusStartFailed, BusUnavailable, VoltbusError
+from voltbus.schemas.errors import VoltbusError
+from voltbus.services.settings import Settings
 
-from .eventlog import connect
-from .natsserver import NatsServer
-from .settings import Settings
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "arith_rl"
-
-
-async def answers(settings: Settings) -> bool:
-    probe = settings.nats.model_copy(update={"connect_timeout_s": 0.5})
-    try:
-        nc = await connect(probe, name="voltbus-probe")
-    except BusUnavailable:
-        return False
-    await nc.close()
-    return True
-
-
-def start_embedded(settings: Settings, say: Callable[[str], None]) -> NatsServer:
-    """Start the embedded bus on the configured port, or on a free one if that port is taken."""
-    try:
-        server = NatsServer(settings.bus, settings.nats.max_payload).start()
-    except BusStartFailed as exc:
-        if "in use" not in str(exc):
-            raise
-        say(f"{exc.reason.split(';')[0]}; using a free port instead")
-        free = settings.bus.model_copy(update={"port": 0, "monitor_port": 0})
-        server = NatsServer(free, settings.nats.max_payload).start()
-    say(f"started an embedded NATS JetStream at {server.url} (store {settings.bus.data_dir})")
-    return server
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arith_rl"
 
 
 def load_example() -> ModuleType:

@@ -15,9 +15,8 @@ from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import ConcurrencyConflict, VoltbusError
 from voltbus.schemas.rollouts import AttemptClaimed, RolloutQueued
 from voltbus.schemas.spans import SpanRecorded, SpanStatus
-
-from .eventlog import Envelope, EventLog
-from .settings import NatsSettings
+from voltbus.services.eventlog import Envelope, EventLog
+from voltbus.services.settings import NatsSettings
 
 
 class SelfCheckFailed(VoltbusError):

@@ -1,8 +1,8 @@
 """The generated references under ``docs/reference/``: the CLI, the settings, the event catalogue and the
 projection tables (``docgen_tables``).
 
-Pure: each function returns Markdown built from the code itself (typer's click tree, the Settings
-models and their attribute docstrings, ``EVENT_TYPES`` and ``subject_for``). ``voltbus docs export``
+Pure: each function returns Markdown built from the code itself: the CLI's click tree (passed in), the
+Settings models and their attribute docstrings, ``EVENT_TYPES`` and ``subject_for``. ``voltbus docs export``
 writes :func:`reference_docs` to disk and a test checks the committed files are current. The output
 has no timestamps and no machine-specific paths, so it is the same on every machine.
 """
@@ -18,9 +18,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import click
 import msgspec
 import platformdirs
-import typer
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 from typer.core import TyperArgument, TyperGroup, TyperOption
@@ -114,11 +114,9 @@ def _commands(group: Any, path: tuple[str, ...]) -> list[tuple[tuple[str, ...], 
     return found
 
 
-def cli_commands() -> list[str]:
-    """Every command path, e.g. ``voltbus schemas export``, sorted."""
-    from voltbus.cli import app
-
-    return [" ".join(path) for path, _ in _commands(typer.main.get_command(app), ("voltbus",))]
+def cli_commands(root: click.Command) -> list[str]:
+    """Every command path of the ``voltbus`` tree ``root``, e.g. ``voltbus schemas export``, sorted."""
+    return [" ".join(path) for path, _ in _commands(root, ("voltbus",))]
 
 
 def _param_type(param: Any) -> str:
@@ -159,11 +157,8 @@ def _usage(name: str, params: list[Any]) -> str:
     return " ".join(pieces)
 
 
-def cli_markdown() -> str:
-    """The CLI reference: every command and subcommand, its help, arguments and options."""
-    from voltbus.cli import app
-
-    root = typer.main.get_command(app)
+def cli_markdown(root: click.Command) -> str:
+    """The CLI reference of the ``voltbus`` tree ``root``: every command and subcommand, its help and options."""
     lines = [HEADER + "# CLI reference", "", "Every `voltbus` command, generated from the command-line definitions."]
     lines += ["Flags override settings; see [configuration.md](configuration.md) for the `VOLTBUS_*` variables.", ""]
     for path, command in _commands(root, ("voltbus",)):
@@ -370,10 +365,10 @@ def events_markdown() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def reference_docs() -> dict[str, str]:
-    """Map each file name under ``docs/reference/`` to its generated Markdown."""
+def reference_docs(cli: click.Command) -> dict[str, str]:
+    """Map each file name under ``docs/reference/`` to its generated Markdown (``cli``: the ``voltbus`` command)."""
     return {
-        "cli.md": cli_markdown(),
+        "cli.md": cli_markdown(cli),
         "configuration.md": configuration_markdown(),
         "events.md": events_markdown(),
         "tables.md": tables_markdown(HEADER),

@@ -37,8 +37,9 @@ def nats(
     """Run the embedded NATS JetStream bus in the foreground (Ctrl-C stops it)."""
     if ctx.invoked_subcommand is not None:
         return
-    from voltbus.cli import say, settings_for
-    from voltbus.services.natsserver import serve_forever
+    from voltbus.services.ops.natsserver import serve_forever
+
+    from .common import say, settings_for
 
     settings = settings_for()
     updates = {"data_dir": data_dir, "host": host, "port": port, "monitor_port": monitor_port, "auth_dir": auth}
@@ -67,10 +68,11 @@ def auth_init(
 
     Writes the server's include (bcrypt hashes and permissions) and one env file per role holding its
     password and the secrets it uses: the gateway key secret, the gateway admin key, the SQL token."""
-    from voltbus.cli import say, settings_for
     from voltbus.schemas.subjects import Topology
-    from voltbus.services.credentials import copy_roles, ensure_credentials
-    from voltbus.services.natsauth import ROLES, AuthError, init_auth
+    from voltbus.services.ops.credentials import copy_roles, ensure_credentials
+    from voltbus.services.ops.natsauth import ROLES, AuthError, init_auth
+
+    from .common import say, settings_for
 
     exists = (out / "auth.conf").exists()
     if exists and not (force or keep_existing):
@@ -88,8 +90,3 @@ def auth_init(
         return
     say(f"wrote {out / 'auth.conf'} (namespace {topo.namespace!r}) and {len(ROLES)} env files: {', '.join(ROLES)}")
     say(f"run the bus with `voltbus nats --auth {out}`; give each service its role's env file")
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``voltbus nats`` to the main app."""
-    app.add_typer(nats_app, name="nats")

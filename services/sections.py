@@ -138,6 +138,10 @@ class DashboardSettings(BaseModel):
     allowed_hosts: list[str] = Field(default_factory=list)
     """Host names the page answers besides loopback ones and ``host`` (a ``Host`` header naming anything else gets
     400, so a web page cannot read the projection through DNS rebinding); ``*.domain`` patterns allowed."""
+    token: str | None = None
+    """Token of the page (``VOLTBUS_DASHBOARD__TOKEN``; ``voltbus up`` and compose generate one): a browser opens
+    ``/?token=<token>`` once and keeps it in an HttpOnly, SameSite=Strict cookie; scripts send ``Authorization:
+    Bearer <token>``. None: no token, and the dashboard refuses to listen beyond loopback."""
 
 
 class RunnerSettings(BaseModel):

@@ -114,7 +114,7 @@ def test_env_maps_to_real_settings(doc: dict[str, Any], name: str, monkeypatch: 
 
 
 def test_health_checks_poll_the_services_own_endpoints(doc: dict[str, Any]) -> None:
-    endpoints = {"projector": "/health", "dashboard": "/api/config", "inference": "/healthz", "gateway": "/healthz"}
+    endpoints = {"projector": "/health", "dashboard": "/health", "inference": "/healthz", "gateway": "/healthz"}
     for name, path in endpoints.items():
         svc = services(doc)[name]
         port = svc["environment"][f"VOLTBUS_{name.upper()}__PORT"]

@@ -1,7 +1,8 @@
 """Wiring of the dashboard: one page and the JSON it polls, read from the projector's ``/sql`` only.
 
 ``GET /`` is the page (``static/index.html`` with its own small JS; no build step, nothing fetched from
-outside). The page polls ``/api/overview`` (rollout and attempt statuses, workers, runs, data quality),
+outside); with a token set, a browser signs in once at ``/?token=<token>`` (``/health`` needs none).
+The page polls ``/api/overview`` (rollout and attempt statuses, workers, runs, data quality),
 ``/api/run?run_id=`` (reward and staleness per step, reward per resources version),
 ``/api/rollouts`` (the picker) and ``/api/rollout?rollout_id=`` (spans, model calls, rewards).
 Each answers 503 with ``{"state": "down"}`` while no projector answers.
@@ -19,7 +20,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from voltbus.services.httpguard import guard
+from voltbus.services.httpguard import check_exposure, guard
 from voltbus.services.serving import serve_until
 from voltbus.services.settings import Settings
 
@@ -27,12 +28,15 @@ from . import handlers
 from .reader import Projections
 
 log = logging.getLogger(__name__)
+COOKIE = "voltbus_dashboard"
+"""The cookie that keeps the page's token once a browser opened ``/?token=<token>``."""
 
 
 def routes() -> list[Route]:
     """Every route of the dashboard."""
     return [
         Route("/", handlers.page),
+        Route("/health", handlers.health),
         Route("/static/{name}", handlers.static),
         Route("/api/config", handlers.config),
         Route("/api/overview", handlers.overview),
@@ -54,11 +58,13 @@ def build_app(settings: Settings) -> ASGIApp:
             app.state.projections = Projections(cfg.projector_url or settings.projector.url, client)
             yield
 
-    return guard(Starlette(routes=routes(), lifespan=lifespan), cfg.host, cfg.allowed_hosts)
+    app = Starlette(routes=routes(), lifespan=lifespan)
+    return guard(app, cfg.host, cfg.allowed_hosts, cfg.token, cookie=COOKIE)
 
 
 async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
     """Serve the dashboard until ``stop`` is set (or forever); ``ready`` is set once it accepts connections."""
     cfg = settings.dashboard
+    check_exposure("the dashboard", cfg.host, cfg.token, "VOLTBUS_DASHBOARD__TOKEN")
     log.info("dashboard on http://%s:%d reading %s", cfg.host, cfg.port, cfg.projector_url or settings.projector.url)
     await serve_until(build_app(settings), cfg.host, cfg.port, "dashboard", stop, ready, http=settings.http)

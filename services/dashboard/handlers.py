@@ -54,6 +54,11 @@ def answering(handler: Callable[[Request, Projections], Awaitable[dict[str, obje
     return endpoint
 
 
+async def health(request: Request) -> Response:
+    """Whether the dashboard answers (no token needed: it says nothing of the projection)."""
+    return JSONResponse({"state": "ok"})
+
+
 async def page(request: Request) -> Response:
     return FileResponse(STATIC / "index.html")
 

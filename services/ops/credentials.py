@@ -1,5 +1,5 @@
 """Every credential of a deployment in one auth directory: the bus users (``natsauth``), the gateway's
-per-rollout key secret and admin key, and the projector's SQL token, each written into the env files
+per-rollout key secret and admin key, the projector's SQL token, the dashboard's token, each written into the env files
 of the roles that use it. ``ensure_credentials`` creates what is missing and never changes what exists.
 """
 
@@ -19,6 +19,7 @@ SECRETS: dict[str, str] = {
     "admin_key": "the gateway admin key",
     "sql_token": "the projector's SQL token",
     "inference_admin_key": "the inference server's admin key (weight swaps, pause)",
+    "dashboard_token": "the dashboard's token",
 }
 """Every generated secret and what it is, in a few words."""
 
@@ -28,6 +29,7 @@ PLACES: dict[str, tuple[str, tuple[str, ...]]] = {
     "VOLTBUS_LEARNER__GATEWAY_ADMIN_KEY": ("admin_key", ("learner", "admin")),
     "VOLTBUS_PROJECTOR__TOKEN": ("sql_token", tuple(ROLES)),
     "VOLTBUS_INFERENCE__ADMIN_KEY": ("inference_admin_key", ("inference", "admin")),
+    "VOLTBUS_DASHBOARD__TOKEN": ("dashboard_token", ("dashboard", "admin")),
 }
 """Each variable written: the secret it holds and the roles whose env file holds it. The runner derives
 each rollout's agent key from the key secret; the learner pauses the gateway with the admin key; every

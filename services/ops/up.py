@@ -30,6 +30,7 @@ from voltbus.schemas.errors import BusStartFailed, VoltbusError
 from voltbus.services.settings import BusSettings
 
 from .compose import AUTH_MOUNT, VOLTBUS, Service, start_order
+from .natsauth import read_env_file
 from .natsserver import NatsServer
 
 _COLORS = [36, 33, 35, 32, 34, 91, 96, 93, 95, 92]
@@ -238,8 +239,17 @@ def summary(up: Up, took_s: float) -> str:
         ("gateway", "gateway", "/v1"),
     ]:
         if name in up.services and up.services[name].host_ports:
+            path += _sign_in(up) if name == "dashboard" else ""
             parts.append(f"{what} at http://127.0.0.1:{up.services[name].host_ports[0]}{path}")
     return "; ".join(parts) + "; Ctrl-C to stop"
+
+
+def _sign_in(up: Up) -> str:
+    """The dashboard's sign-in query (``?token=...``) when the deployment generated its token."""
+    auth_dir = up.bus.bus.auth_dir if up.bus else None
+    env = auth_dir / "dashboard.env" if auth_dir else None
+    token = read_env_file(env).get("VOLTBUS_DASHBOARD__TOKEN") if env and env.is_file() else None
+    return f"?token={token}" if token else ""
 
 
 def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: float, keep_going: bool,
@@ -258,7 +268,7 @@ def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: 
         say(summary(up, time.monotonic() - began))
         if up.bus and up.bus.bus.auth_dir:
             admin = up.bus.bus.auth_dir / "admin.env"
-            say(f"up: the bus requires a user, the gateway a key, SQL a token; yours: set -a; . {admin}; set +a")
+            say(f"up: the bus requires a user, the gateway a key, SQL and the dashboard a token; yours: set -a; . {admin}; set +a")
         code = up.supervise(keep_going, exit_from)
     except ServiceFailed as exc:
         code = 0 if up.stopping.is_set() else 1

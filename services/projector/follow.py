@@ -106,7 +106,7 @@ async def project(
     one, a run that may start readers starts its own and stops it at its end.
     """
     counts = readers if isinstance(readers, dict) else dict.fromkeys(STREAMS, int(readers))
-    async with owned(forks, any(counts.values()) or backlog > 0) as forks_:
+    async with owned(forks, any(counts.values()) or backlog > 0, start=False) as forks_:
         following = Following(projector, log_, ends, stop, progress, batch_size, max_wait, counts, backlog, forks_)
         async with asyncio.TaskGroup() as tasks:
             for stream in STREAMS:

@@ -119,15 +119,17 @@ def supported() -> bool:
 
 
 @contextlib.asynccontextmanager
-async def owned(forks: Forks | None, wanted: bool) -> AsyncIterator[Forks | None]:
+async def owned(forks: Forks | None, wanted: bool, start: bool = True) -> AsyncIterator[Forks | None]:
     """``forks`` when the caller has one; else, when ``wanted`` (reader processes may start) and ``supported``, a
-    fork server of this block's own, started at its beginning and stopped at its end; else None."""
+    fork server of this block's own, stopped at its end (``start``: started at its beginning, else at its first
+    reader); else None."""
     if forks is not None or not (wanted and supported()):
         yield forks
         return
     own = Forks()
     try:
-        await asyncio.to_thread(own.start)
+        if start:
+            await asyncio.to_thread(own.start)
         yield own
     finally:
         await asyncio.to_thread(own.stop)

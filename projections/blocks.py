@@ -59,7 +59,7 @@ def run(con: duckdb.DuckDBPyConnection, sql: str, batch: pa.Table) -> None:
 
     The table is registered as a view of ``con`` alone (other connections, the SQL endpoint's included, never see
     it). DuckDB's cheaper replacement scan of a Python variable counts as external access, which the projector's
-    database refuses (``SAFETY`` in projector.py), so the table is named explicitly; registering again replaces
+    database refuses (``SAFETY``, safety.py), so the table is named explicitly; registering again replaces
     it. A table of the schema named ``batch`` would be shadowed, so none is (tests/projections/test_sql_files.py)."""
     con.register("batch", batch)
     con.execute(sql)

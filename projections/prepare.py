@@ -3,7 +3,7 @@ out; no DuckDB.
 
 Rollout and attempt rows come from folding the lifecycle decider's ``evolve`` over each rollout's events,
 never from a second copy of the lifecycle rules. The preparer runs in the projector's process, or in a
-reader process of its own (``reader.py``), where its Python work does not compete with the writer's.
+reader process of its own (``services/projector/reader.py``), where its Python work does not compete with the writer's.
 """
 
 from __future__ import annotations

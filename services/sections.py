@@ -27,7 +27,7 @@ class CoordinatorSettings(BaseModel):
 
 
 class Feeding(TypedDict):
-    """The keyword arguments of ``projections.follow.project`` that the projector's settings give."""
+    """The keyword arguments of ``services.projector.follow.project`` that the projector's settings give."""
 
     batch_size: int
     max_wait: float
@@ -113,7 +113,7 @@ class ProjectorSettings(BaseModel):
 
     @property
     def feeding(self) -> Feeding:
-        """``projections.follow.project``'s keyword arguments from these settings: batches, readers, backlog."""
+        """``services.projector.follow.project``'s keyword arguments from these settings: batches, readers, backlog."""
         return {
             "batch_size": self.batch_size,
             "max_wait": self.max_wait_s,

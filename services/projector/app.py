@@ -24,10 +24,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from voltbus.projections import forks, integrity
-from voltbus.projections.follow import project
+from voltbus.projections import integrity
 from voltbus.projections.ipc import to_ipc
-from voltbus.projections.projector import Projector
 from voltbus.schemas.errors import QueryRefused
 from voltbus.services.eventlog import EventLog
 from voltbus.services.httpguard import check_exposure, guard
@@ -35,6 +33,9 @@ from voltbus.services.serving import build_server
 from voltbus.services.settings import Settings
 from voltbus.services.sockets import check_port
 
+from .follow import project
+from .forks import Forks, owned
+from .projector import Projector
 from .sql import limits_of, query, truncated_to
 
 log = logging.getLogger(__name__)
@@ -236,15 +237,18 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
     cfg = settings.projector
     check_exposure("the projector's SQL endpoint", cfg.host, cfg.token, "VOLTBUS_PROJECTOR__TOKEN")
     check_port(cfg.host, cfg.port, "projector SQL")
-    if cfg.forks:
-        await asyncio.to_thread(forks.prestart)  # the readers' fork server, started once
+    async with owned(None, cfg.forks) as forks:  # the readers' fork server, the service's own: started once
+        await _run(settings, stop or asyncio.Event(), ready, forks)
+
+
+async def _run(settings: Settings, stop: asyncio.Event, ready: asyncio.Event | None, forks: Forks | None) -> None:
+    cfg = settings.projector
     eventlog = await EventLog.connect(settings.nats, name="voltbus-projector")
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
     projector = Projector(cfg.db, threads=cfg.duckdb_threads, refresh_interval=cfg.training_refresh_s)
     progress, queries = Progress(projector), Queries(settings, projector)
     app = build_app(settings, projector, progress, queries)
     server = build_server(app, cfg.host, cfg.port, settings.http, lifespan="off")
-    stop = stop or asyncio.Event()
     log.info(
         "projector on %s from control seq %d, spans seq %d; SQL at http://%s:%d/sql",
         cfg.db,
@@ -260,7 +264,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyn
                 await asyncio.sleep(0.01)  # uvicorn offers no start-up event
             if ready is not None:
                 ready.set()
-            tasks.create_task(project(projector, eventlog, stop=stop, progress=progress, **cfg.feeding))
+            tasks.create_task(project(projector, eventlog, stop=stop, progress=progress, forks=forks, **cfg.feeding))
             await stop.wait()
             queries.stop()
             server.should_exit = True

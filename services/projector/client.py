@@ -4,6 +4,7 @@ Parquet export, and rebuilding a database from the log with progress."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import sys
 from collections.abc import Callable
@@ -15,16 +16,18 @@ import pyarrow as pa
 import pyarrow.csv
 import pyarrow.parquet
 
-from voltbus.projections import forks, rewind
 from voltbus.projections.adapter import AdapterSettings
-from voltbus.projections.follow import ends_at, project
 from voltbus.projections.ipc import from_ipc
-from voltbus.projections.projector import PROJECTION_VERSION, SAFETY, STREAMS, Projector
+from voltbus.projections.safety import SAFETY
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.services.eventlog import EventLog
 from voltbus.services.progress import Meter
 from voltbus.services.settings import Settings
 
+from . import rewind
+from .follow import ends_at, project
+from .forks import Forks, owned
+from .projector import PROJECTION_VERSION, STREAMS, Projector
 from .sql import limits_of, query, truncated_to
 
 INTERNAL = {"rollout_states"}
@@ -160,31 +163,29 @@ async def rebuild(
     adapter: AdapterSettings | None = None,
     label: str = "replay",
     every: float = 1.0,
+    forks: Forks | None = None,
 ) -> dict[str, int]:
     """Build ``db`` from the log, up to a sequence or a time, printing rate and ETA (a line at most every
     ``every`` seconds); return the positions.
 
     ``from_seq``: go on with the projection ``db`` already holds, whose control checkpoint must be
     ``from_seq - 1`` (``continued``); 1 on a new file is a rebuild from the start. ``adapter``: the settings of
-    the training tables (default ``AdapterSettings()``)."""
+    the training tables (default ``AdapterSettings()``). ``forks``: the caller's readers' fork server (else the
+    rebuild starts its own, when its settings allow readers, and stops it at its end)."""
     if to_seq is not None and to_time is not None:
         raise InvalidCommand("--to-seq and --to-time: give one of them")
-    if settings.projector.forks:
-        await asyncio.to_thread(forks.prestart)  # the readers' fork server, started once
-    log_ = await EventLog.connect(settings.nats, name=f"voltbus-{label}")
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        forks = await stack.enter_async_context(owned(forks, settings.projector.forks))  # before the bus: ~0.5 s
+        log_ = await EventLog.connect(settings.nats, name=f"voltbus-{label}")
+        stack.push_async_callback(log_.close)
         ends = await ends_at(log_, to_seq, to_time)
         going_on = from_seq is not None and await continued(log_, db, from_seq, ends)
         # a new file leaves its training tables for one pass at the end; one that goes on keeps them up as a
         # live projector does (telemetry of attempts that ended before its checkpoint makes their rows again)
         threads = settings.projector.duckdb_threads
         projector = Projector(db, adapter, defer_training=not going_on, threads=threads)
-        try:
-            return await rebuild_into(settings, projector, log_, ends, say, label, every)
-        finally:
-            projector.close()
-    finally:
-        await log_.close()
+        stack.callback(projector.close)
+        return await rebuild_into(settings, projector, log_, ends, say, label, every, forks)
 
 
 async def rebuild_into(
@@ -195,8 +196,10 @@ async def rebuild_into(
     say: Callable[[str], None],
     label: str,
     every: float,
+    forks: Forks | None = None,
 ) -> dict[str, int]:
-    """Apply the log from ``projector``'s checkpoints to ``ends`` with progress, then the deferred training pass."""
+    """Apply the log from ``projector``'s checkpoints to ``ends`` with progress, then the deferred training pass
+    (``forks``: the readers' fork server, see ``follow.project``)."""
     at = dict(projector.positions)
     meter = Meter(label, sum(max(0, ends[s] - at[s]) for s in ends), say, unit="events", every=every)
 
@@ -205,7 +208,7 @@ async def rebuild_into(
 
     db, spans = projector.path, f"spans {at['spans'] + 1}..{ends['spans']}"
     say(f"{label}: control {at['control'] + 1}..{ends['control']} and {spans} into {db}")
-    await project(projector, log_, ends=ends, progress=progress, **settings.projector.feeding)
+    await project(projector, log_, ends=ends, progress=progress, forks=forks, **settings.projector.feeding)
     meter.done = projector.applied
     positions = dict(projector.positions)
     say(meter.summary(f"rebuilt {db}; control seq {positions['control']}, spans seq {positions['spans']}"))

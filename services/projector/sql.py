@@ -2,7 +2,7 @@
 
 A query is checked with DuckDB's own parser (SELECT, or EXPLAIN of a SELECT), then run on a cursor of its own in a
 READ ONLY transaction that is always rolled back, on a database that reaches no file, network or extension
-(``projections.projector.SAFETY``); it is interrupted at its deadline and refused past its row or byte limit.
+(``projections.safety.SAFETY``); it is interrupted at its deadline and refused past its row or byte limit.
 """
 
 from __future__ import annotations

@@ -11,13 +11,13 @@ from pathlib import Path
 import duckdb
 
 from voltbus.projections import integrity
-from voltbus.projections.follow import ends_at
-from voltbus.projections.projector import STREAMS, Projector
 from voltbus.schemas.errors import VoltbusError
 from voltbus.services.eventlog import EventLog
 from voltbus.services.settings import Settings
 
 from .client import rebuild_into, run_sql
+from .follow import ends_at
+from .projector import STREAMS, Projector
 
 Digests = dict[str, tuple[int, str]]
 

@@ -18,12 +18,26 @@ import msgspec
 from voltbus.agent.instrument import instrument_openai
 from voltbus.agent.otel import LogTracer
 from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
+from voltbus.services.frames import FrameTooLarge, next_frame
 from voltbus.services.log import configure_logging
 
 from .execute import run_rollout
 from .host import Cancel, Job, Run, Start
 from .loader import load_agent
-from .pipe import MAX_FRAME, Call, Done, PipeStore, Ready, Reply, Request, RequestFailed, SpanLimits, frame, unwrap
+from .pipe import (
+    CALLS,
+    MAX_FRAME,
+    REPLIES,
+    Call,
+    Done,
+    PipeStore,
+    Ready,
+    Reply,
+    Request,
+    RequestFailed,
+    SpanLimits,
+    unwrap,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +71,7 @@ class HostStore(PipeStore):
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self.waiting[call_id] = fut
         try:
-            self.writer.write(frame(msgspec.msgpack.encode(Call(id=call_id, request=request))))
+            self.writer.write(CALLS.frame(Call(id=call_id, request=request)))
             await self.writer.drain()
             return unwrap(await fut)
         finally:
@@ -65,14 +79,14 @@ class HostStore(PipeStore):
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
-            while (size := int.from_bytes(await reader.readexactly(4), "big")) <= MAX_FRAME:
-                reply = msgspec.msgpack.decode(await reader.readexactly(size), type=Reply)
+            while True:
+                reply = REPLIES.decode(await next_frame(reader, MAX_FRAME))
                 fut = self.waiting.get(reply.id)
                 if fut is None:
                     log.warning("a reply to request %d, which this host did not send: dropped", reply.id)
                 elif not fut.done():
                     fut.set_result(reply)
-        except (asyncio.IncompleteReadError, msgspec.DecodeError, ConnectionError):
+        except (asyncio.IncompleteReadError, FrameTooLarge, msgspec.DecodeError, ConnectionError):
             pass
         finally:
             self.broken = True
@@ -149,8 +163,7 @@ async def _jobs(fd: int) -> asyncio.StreamReader:
 
 async def _next(reader: asyncio.StreamReader) -> Job | None:
     try:
-        size = int.from_bytes(await reader.readexactly(4), "big")
-        return msgspec.json.decode(await reader.readexactly(size), type=Job)  # type: ignore[arg-type]
+        return msgspec.json.decode(await next_frame(reader), type=Job)  # type: ignore[arg-type]
     except asyncio.IncompleteReadError:
         return None  # the runner closed the pipe: it stops
 

@@ -2,7 +2,7 @@
 
 The process holds no bus credentials and no connection. Its ``PipeStore`` offers the few store calls a
 rollout makes (start and end its attempt, reserve span sequence ids, publish spans); each becomes a
-length-prefixed msgpack frame on one pipe, answered (by id) on another. The runner's ``PipeServer``
+frame (``services/frames.py``) on one pipe, answered (by id) on another. The runner's ``PipeServer``
 carries them out on its own store, and only for the attempts it assigned to that process (one for an
 isolated child; those running in an agent host): anything else is refused, logged, and nothing is
 appended. An agent can thus write to its own attempts only, which it can already do through the
@@ -26,6 +26,7 @@ import msgspec
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.schemas.rollouts import ErrorInfo
 from voltbus.schemas.spans import RewardReported, SpanRecorded
+from voltbus.services.frames import Codec, FrameTooLarge, next_frame, receive
 from voltbus.store import AttemptedRollout, Span, Store
 
 log = logging.getLogger(__name__)
@@ -130,24 +131,10 @@ class RequestFailed(VoltbusError):
 _ERRORS: dict[str, type[VoltbusError]] = {"refused": NotYourAttempt, "invalid": CommandRefused}
 
 
-def frame(payload: bytes) -> bytes:
-    """``payload`` with its 4-byte big-endian length in front.
-
-    >>> frame(b"ab")
-    b'\\x00\\x00\\x00\\x02ab'
-    """
-    return len(payload).to_bytes(4, "big") + payload
-
-
-def _read_exactly(fd: int, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = os.read(fd, left)
-        if not chunk:
-            raise RequestFailed("the runner closed the pipe")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+CALLS: Codec[Call] = Codec(Call)
+"""Request frames, to the runner."""
+REPLIES: Codec[Reply] = Codec(Reply)
+"""Reply frames, from the runner."""
 
 
 class PipeStore:
@@ -162,11 +149,13 @@ class PipeStore:
     def call_blocking(self, request: Request) -> Any:
         """Send one request and wait for its reply; raise what the runner reported."""
         with self._lock:
-            os.write(self.requests_fd, frame(msgspec.msgpack.encode(Call(id=next(self._ids), request=request))))
-            size = int.from_bytes(_read_exactly(self.replies_fd, 4), "big")
-            if size > MAX_FRAME:
-                raise RequestFailed(f"a reply of {size} bytes")
-            reply = msgspec.msgpack.decode(_read_exactly(self.replies_fd, size), type=Reply)
+            os.write(self.requests_fd, CALLS.frame(Call(id=next(self._ids), request=request)))
+            try:
+                reply = REPLIES.decode(receive(lambda view: os.readv(self.replies_fd, [view]), MAX_FRAME))
+            except EOFError:
+                raise RequestFailed("the runner closed the pipe") from None
+            except FrameTooLarge as exc:
+                raise RequestFailed(f"a reply of {exc.size} bytes") from None
         return unwrap(reply)
 
     async def call(self, request: Request) -> Any:
@@ -314,7 +303,7 @@ class PipeServer:
     async def answer(self, body: bytes) -> Reply:
         """The reply to one request frame."""
         try:
-            call = msgspec.msgpack.decode(body, type=Call)
+            call = CALLS.decode(body)
         except msgspec.DecodeError as exc:
             call, problem = None, f"not a request: {exc}"
         else:
@@ -360,7 +349,7 @@ class PipeServer:
 
     async def _reply(self, body: bytes, writer: asyncio.StreamWriter, room: asyncio.Semaphore) -> None:
         try:
-            writer.write(frame(msgspec.msgpack.encode(await self.answer(body))))
+            writer.write(REPLIES.frame(await self.answer(body)))
             await writer.drain()  # a process that stops reading stalls only its own requests
         except (ConnectionError, BrokenPipeError):  # it is gone: its end closed the pipe
             return
@@ -369,10 +358,9 @@ class PipeServer:
 
     async def _next(self, reader: asyncio.StreamReader) -> bytes | None:
         try:
-            size = int.from_bytes(await reader.readexactly(4), "big")
-            if size > MAX_FRAME:
-                log.warning("%s: a request frame of %d bytes; pipe closed", self._own(), size)
-                return None
-            return await reader.readexactly(size)
+            return await next_frame(reader, MAX_FRAME)
+        except FrameTooLarge as exc:
+            log.warning("%s: a request frame of %d bytes; pipe closed", self._own(), exc.size)
+            return None
         except asyncio.IncompleteReadError:
             return None

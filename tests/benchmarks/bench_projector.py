@@ -78,10 +78,8 @@ from tests.benchmarks.bench_eventlog import (
     write_csv,
 )
 from tests.schemas.samples import SAMPLES
-from voltbus.projections import blocks, forks
-from voltbus.projections.follow import ends_at, project, projector_feed
+from voltbus.projections import blocks
 from voltbus.projections.prepare import Prepared, Preparer
-from voltbus.projections.projector import Projector
 from voltbus.projections.rows import ARROW, Row, fold_tables
 from voltbus.schemas import codec, derive_id
 from voltbus.schemas.codec import AnyEvent
@@ -90,6 +88,9 @@ from voltbus.schemas.spans import ModelCalled
 from voltbus.services.eventlog import BadEvent, Envelope, EventLog
 from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.projector.client import rebuild
+from voltbus.services.projector.follow import ends_at, project, projector_feed
+from voltbus.services.projector.forks import Forks
+from voltbus.services.projector.projector import Projector
 from voltbus.services.settings import BusSettings, NatsSettings, ProjectorSettings, Settings
 
 TURNS = 3
@@ -217,6 +218,8 @@ class Stored:
     """Seconds the projector's Python side (decoded envelopes -> row dicts, fold) took per stream, no DuckDB."""
     batch: int
     """Messages per captured batch (the projector's batch size)."""
+    forks: Forks | None = None
+    """The readers' fork server of every run, started before timing as a running projector has it."""
 
 
 async def fill(b: Bench, options: Options) -> Stored:
@@ -396,7 +399,14 @@ async def vb_project(
         ends = {s: (stored.ends[s] if s in streams else 0) for s in stored.ends}
         start = time.perf_counter()
         await project(
-            projector, stored.log, ends=ends, batch_size=batch, readers=readers or 0, progress=progress, backlog=backlog
+            projector,
+            stored.log,
+            ends=ends,
+            batch_size=batch,
+            readers=readers or 0,
+            progress=progress,
+            backlog=backlog,
+            forks=stored.forks,
         )
         stop = time.perf_counter()
         check(projector.con, stored, streams)
@@ -423,7 +433,7 @@ async def vb_rebuild(
     settings.projector.reader_backlog = backlog
     try:
         start = time.perf_counter()
-        positions = await rebuild(settings, path, lambda _: None)
+        positions = await rebuild(settings, path, lambda _: None, forks=stored.forks)
         seconds = time.perf_counter() - start
         assert positions == stored.ends, positions
         with duckdb.connect(str(path)) as con:
@@ -534,7 +544,7 @@ class Lag:
     bus: list[float]
 
 
-async def live_lag(b: Bench, files: Files, options: Options, max_wait: float) -> Lag:
+async def live_lag(b: Bench, files: Files, options: Options, max_wait: float, forks: Forks | None) -> Lag:
     """Publish span events at a steady pace into fresh streams while a live projector follows them.
 
     Each event's lag is measured three ways from the moment its publish_spans call began:
@@ -596,6 +606,7 @@ async def live_lag(b: Bench, files: Files, options: Options, max_wait: float) ->
                 batch_size=options.batch,
                 max_wait=max_wait,
                 readers=options.readers,
+                forks=forks,
             )
         )
         polling = asyncio.create_task(poll())
@@ -636,10 +647,10 @@ async def live_lag(b: Bench, files: Files, options: Options, max_wait: float) ->
     )
 
 
-async def case_lag(b: Bench, files: Files, options: Options) -> list[Figure]:
+async def case_lag(b: Bench, files: Files, options: Options, forks: Forks | None) -> list[Figure]:
     figures = []
     for wait in options.lag_waits:
-        lag = await live_lag(b, files, options, wait)
+        lag = await live_lag(b, files, options, wait, forks)
         name = f"lag_{round(wait * 1000)}ms"
         note = f"{options.lag_rate:.0f} ev/s for {options.lag_seconds:.0f} s, max_wait {wait}s; raw = bus delivery"
         figures.append(
@@ -702,11 +713,13 @@ async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = pr
     figures: list[Figure] = []
     files = Files(data_dir)
     b = Bench(server, bench_eventlog.Options(reps=options.reps, time_cap=options.time_cap, csv=None))
+    forks = Forks() if any(options.readers.values()) or options.backlog else None
     try:
         t = time.perf_counter()
         stored = await fill(b, options)
-        if any(options.readers.values()) or options.backlog:
-            forks.prestart()  # as a running projector has it: readers start in milliseconds
+        if forks is not None:
+            forks.start()  # as a running projector has it: readers start in milliseconds
+            stored.forks = forks
         gc.collect()
         gc.freeze()  # the captured rows stay out of every later collection: a projector process holds none of them
         echo(f"  fill: {time.perf_counter() - t:.1f}s, stored {stored.ends}, sizes {stored.sizes}")
@@ -717,9 +730,11 @@ async def run(options: Options, data_dir: Path, echo: Callable[[str], None] = pr
         finally:
             await stored.log.close()
         t = time.perf_counter()
-        figures += await case_lag(b, files, options)
+        figures += await case_lag(b, files, options, forks)
         echo(f"  lag: {time.perf_counter() - t:.1f}s")
     finally:
+        if forks is not None:
+            forks.stop()
         gc.unfreeze()  # else at exit DuckDB's bindings report what was frozen as leaked
         server.stop()
     echo(table(figures))

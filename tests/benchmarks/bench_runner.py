@@ -10,7 +10,7 @@ voltbus side: the runners are real processes, ``python -m voltbus.services.runne
 tests.benchmarks.store_agent:agent``, configured by ``VOLTBUS_*`` variables, each with ``slots``
 concurrent rollouts. This process plays AL's algorithm: it publishes an LLM resource and enqueues
 rollouts one ``enqueue_rollout`` at a time (AL's ``AlgorithmBatch``). A projector follows both
-streams into a fresh DuckDB file in this process (``projections.follow.project``, production batch
+streams into a fresh DuckDB file in this process (``services.projector.follow.project``, production batch
 size and ``max_wait``). After each committed batch the projector's progress callback counts
 terminal rollouts and stored spans in DuckDB; the algorithm waits on that (no polling sleeps).
 A run's clock stops when every rollout is terminal and every span it should have is in DuckDB.
@@ -64,11 +64,11 @@ from tests.benchmarks.bench_eventlog import (
     write_csv,
 )
 from voltbus.agent.tracing import DummyTracer, clear_active_tracer, set_active_tracer
-from voltbus.projections import forks, reader
-from voltbus.projections.follow import project
-from voltbus.projections.projector import Projector
 from voltbus.schemas.resources import LLM
 from voltbus.services.ops.natsserver import NatsServer
+from voltbus.services.projector.follow import project
+from voltbus.services.projector.forks import Forks
+from voltbus.services.projector.projector import Projector
 from voltbus.services.settings import BusSettings, NatsSettings, RunnerSettings, Settings
 from voltbus.store import EnqueueRolloutRequest, Store, connect
 
@@ -286,6 +286,8 @@ class VoltbusSide:
         self.occupancy = Occupancy()
         self.active: Callable[[], int] = lambda: 0
         self.enqueued = 0  # rollouts enqueued in the current run
+        self.forks = Forks()
+        """The readers' fork server of this side's projector, as a running projector has one."""
 
     async def __aenter__(self) -> VoltbusSide:
         self.store = await connect(settings=self.nats, name="bench-algorithm")
@@ -294,7 +296,7 @@ class VoltbusSide:
         self.projector = Projector(path, threads=p.duckdb_threads, refresh_interval=p.training_refresh_s)
         self.watch = Watch(self.projector)
         if any(self.opts.readers.values()):
-            forks.prestart()  # as a running projector has it
+            await asyncio.to_thread(self.forks.start)  # as a running projector has it
         self.following = asyncio.create_task(
             project(
                 self.projector,
@@ -305,6 +307,7 @@ class VoltbusSide:
                 max_wait=p.max_wait_s,
                 readers=self.opts.readers,
                 backlog=p.reader_backlog,
+                forks=self.forks,
             )
         )
         self.runners = Runners(self.nats, self.sc, self.opts, self.tmp)
@@ -328,6 +331,7 @@ class VoltbusSide:
         if self.projector:
             self.watch.cursor.close()  # type: ignore[union-attr]
             self.projector.close()
+        await asyncio.to_thread(self.forks.stop)
         if self.store:
             await self.store.close()
 
@@ -426,7 +430,7 @@ class VoltbusSide:
             "runners": self.runners.cpu(),
             "nats-server": proc_cpu(self.server.proc.pid),
             "bench (algorithm + projector)": time.process_time(),
-            "projector readers": sum(proc_cpu(r.pid) for r in reader.LIVE),
+            "projector readers": sum(proc_cpu(r.pid) for r in self.forks.live),
         }
 
     def check(self, outcome: Outcome, enqueued: list[tuple[str, float]], expected: dict[str, int]) -> None:

@@ -27,8 +27,9 @@ import httpx
 
 from tests.benchmarks.bench_eventlog import Figure, Run, summarize, table
 from tests.benchmarks.bench_refresh import _id, filled
-from voltbus.projections.projector import PROJECTION_VERSION, SAFETY, Projector
+from voltbus.projections.safety import SAFETY
 from voltbus.services.projector import app as projector_app
+from voltbus.services.projector.projector import PROJECTION_VERSION, Projector
 from voltbus.services.projector.sql import Limits, query
 from voltbus.services.serving import free_port, serving
 from voltbus.services.settings import ProjectorSettings, Settings

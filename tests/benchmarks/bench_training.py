@@ -39,11 +39,11 @@ from tests.benchmarks.bench_eventlog import (
 from tests.benchmarks.bench_eventlog import Options as LogOptions
 from tests.benchmarks.bench_training_data import TURNS, NoTraining, fill, lag, stored_inputs
 from voltbus.projections.adapter import AdapterSettings, adapt
-from voltbus.projections.follow import ends_at, project
-from voltbus.projections.projector import Projector
 from voltbus.services.eventlog import EventLog
 from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.projector.client import rebuild
+from voltbus.services.projector.follow import ends_at, project
+from voltbus.services.projector.projector import Projector
 from voltbus.services.settings import BusSettings, NatsSettings, Settings
 
 OTHER = AdapterSettings(reward_policy="final_to_last", gamma=0.9, aggregation="call")

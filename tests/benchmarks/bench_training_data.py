@@ -14,10 +14,10 @@ import pyarrow as pa
 
 from voltbus.projections import training
 from voltbus.projections.adapter import AttemptInput
-from voltbus.projections.follow import ends_at, project
-from voltbus.projections.projector import Projector
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.spans import ModelCalled, SpanRecorded
+from voltbus.services.projector.follow import ends_at, project
+from voltbus.services.projector.projector import Projector
 from voltbus.services.settings import NatsSettings
 from voltbus.store import EnqueueRolloutRequest, Store, connect
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 
 from tests.benchmarks.bench_refresh import filled
-from voltbus.projections.projector import PROJECTION_VERSION, Projector
 from voltbus.services.projector import app as projector_app
+from voltbus.services.projector.projector import PROJECTION_VERSION, Projector
 from voltbus.services.serving import free_port, serving
 from voltbus.services.settings import ProjectorSettings, Settings
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from voltbus.projections.follow import ends_at, project
-from voltbus.projections.projector import Projector
+from voltbus.services.projector.follow import ends_at, project
+from voltbus.services.projector.projector import Projector
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store, connect
 

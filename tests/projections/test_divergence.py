@@ -18,12 +18,12 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.conftest import wait_for
-from voltbus.projections.follow import ends_at, project
-from voltbus.projections.projector import Projector
 from voltbus.schemas.spans import AttemptHeartbeatSent
 from voltbus.schemas.workers import WorkerStatusReported
 from voltbus.services.eventlog import Envelope
 from voltbus.services.projector.app import Progress, build_app
+from voltbus.services.projector.follow import ends_at, project
+from voltbus.services.projector.projector import Projector
 from voltbus.services.settings import Settings
 from voltbus.store import Store
 

@@ -11,13 +11,13 @@ import pytest
 
 from tests.benchmarks.bench_projector import control_events
 from voltbus.projections import lean
-from voltbus.projections.projector import Projector
 from voltbus.projections.rows import ARROW, fold_tables, telemetry_rows
 from voltbus.schemas import codec
 from voltbus.schemas.errors import DecodeError
 from voltbus.schemas.spans import AttemptHeartbeatSent, SpanBatch
 from voltbus.services.eventlog import BadEvent, Envelope
 from voltbus.services.lifecycle import RolloutState, decider
+from voltbus.services.projector.projector import Projector
 from voltbus.store import Store
 
 from .conftest import dump, projected

@@ -10,10 +10,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from voltbus.projections.follow import ends_at, project
-from voltbus.projections.projector import PROJECTION_VERSION, Projector
 from voltbus.schemas.rollouts import AttemptStarted
 from voltbus.services.eventlog import Envelope
+from voltbus.services.projector.follow import ends_at, project
+from voltbus.services.projector.projector import PROJECTION_VERSION, Projector
 from voltbus.services.settings import ProjectorSettings
 from voltbus.store import Store
 

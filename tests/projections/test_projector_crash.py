@@ -19,9 +19,9 @@ import httpx
 import msgspec
 import pytest
 
-from voltbus.projections.follow import ends_at
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.rollouts import AttemptClaimed, RolloutQueued
+from voltbus.services.projector.follow import ends_at
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store
 

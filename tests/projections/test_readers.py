@@ -1,4 +1,4 @@
-"""Reader processes (projections/reader.py) on a real bus and real DuckDB files: the tables they build equal
+"""Reader processes (services/projector/reader.py) on a real bus and real DuckDB files: the tables they build equal
 the ones this process builds; a refused batch is applied here, a reader that dies is replaced, one that
 cannot start leaves the stream to this process, and a nats-server restart is survived, with nothing lost or
 doubled."""
@@ -10,15 +10,17 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from voltbus.projections import reader
-from voltbus.projections.follow import ends_at, project
-from voltbus.projections.projector import Projector
 from voltbus.services.eventlog import EventLog
-from voltbus.services.settings import NatsSettings
+from voltbus.services.projector.client import rebuild
+from voltbus.services.projector.follow import ends_at, project
+from voltbus.services.projector.forks import Forks
+from voltbus.services.projector.projector import Projector
+from voltbus.services.settings import NatsSettings, Settings
 from voltbus.store import Store, connect
 
 from ..conftest import start_server, wait_for
@@ -28,11 +30,22 @@ from .test_lean import EVENTS, call_with
 from .workload import write
 
 
-async def build(log_: EventLog, path: Path, readers: int, batch_size: int = 50) -> dict[str, list[tuple[object, ...]]]:
+@pytest.fixture
+def forks() -> Iterator[Forks]:
+    """A fork server of the test's own, whose readers the test sees (``Forks.live``); stopped at its end."""
+    server = Forks()
+    yield server
+    server.stop()
+
+
+async def build(
+    log_: EventLog, path: Path, readers: int, batch_size: int = 50, forks: Forks | None = None
+) -> dict[str, list[tuple[object, ...]]]:
     """The projection of the whole log, with ``readers`` reader processes per stream (0: none)."""
     projector = Projector(path)
     try:
-        await project(projector, log_, ends=await ends_at(log_), batch_size=batch_size, readers=readers)
+        ends = await ends_at(log_)
+        await project(projector, log_, ends=ends, batch_size=batch_size, readers=readers, forks=forks)
         assert projector.positions == await ends_at(log_)
         return dump(projector.con)
     finally:
@@ -68,15 +81,15 @@ class Live:
             self.projector.close()
 
 
-async def test_readers_build_the_tables_this_process_builds(store: Store, tmp_path: Path) -> None:
+async def test_readers_build_the_tables_this_process_builds(store: Store, tmp_path: Path, forks: Forks) -> None:
     await write(store, 30)
     await training_workload.write(store, 6)
     await store.log.js.publish(store.topology.rollout_events("ro-poison"), b"\xffnot json")
     here = await build(store.log, tmp_path / "here.duckdb", readers=0)
     for count in (1, 2, 3):
-        assert await build(store.log, tmp_path / f"readers-{count}.duckdb", readers=count) == here
+        assert await build(store.log, tmp_path / f"readers-{count}.duckdb", readers=count, forks=forks) == here
     assert len(here["triplets"]) > 0 and len(here["quarantine"]) == 1 and len(here["spans"]) > 30
-    assert not reader.LIVE  # every reader process was stopped
+    assert not forks.live  # every reader process was stopped
 
 
 async def test_a_live_projection_with_readers_equals_a_rebuild(store: Store, tmp_path: Path) -> None:
@@ -100,23 +113,23 @@ async def test_a_batch_from_a_reader_that_the_database_refuses_is_applied_here(s
     assert readers == await build(store.log, tmp_path / "here.duckdb", readers=0, batch_size=3)
 
 
-async def test_a_killed_reader_is_replaced_and_nothing_is_lost(store: Store, tmp_path: Path) -> None:
+async def test_a_killed_reader_is_replaced_and_nothing_is_lost(store: Store, tmp_path: Path, forks: Forks) -> None:
     await write(store, 10)
-    live = Live(store.log, tmp_path / "live.duckdb", readers=2)
+    live = Live(store.log, tmp_path / "live.duckdb", readers=2, forks=forks)
     try:
         await live.reach()
-        shares = sorted((r.stream, r.part) for r in reader.LIVE)
+        shares = sorted((r.stream, r.part) for r in forks.live)
         assert shares == [("control", (0, 2)), ("control", (1, 2)), ("spans", (0, 2)), ("spans", (1, 2))]
-        killed = next(r.pid for r in reader.LIVE if r.part == (1, 2) and r.stream == "spans")
+        killed = next(r.pid for r in forks.live if r.part == (1, 2) and r.stream == "spans")
         os.kill(killed, signal.SIGKILL)
         await write(store, 10, tag="late")  # more of both streams after a spans reader died
         await live.reach()
-        assert sorted((r.stream, r.part) for r in reader.LIVE) == shares  # the spans readers started again
-        assert killed not in {r.pid for r in reader.LIVE}
+        assert sorted((r.stream, r.part) for r in forks.live) == shares  # the spans readers started again
+        assert killed not in {r.pid for r in forks.live}
     finally:
         tables = await live.tables()
     assert tables == await build(store.log, tmp_path / "rebuilt.duckdb", readers=0)
-    assert not reader.LIVE
+    assert not forks.live
 
 
 async def test_a_reader_that_cannot_reach_the_bus_leaves_the_stream_here(store: Store, tmp_path: Path) -> None:
@@ -129,20 +142,20 @@ async def test_a_reader_that_cannot_reach_the_bus_leaves_the_stream_here(store: 
 
 
 @pytest.mark.timeout(120)
-async def test_readers_survive_a_server_restart(tmp_path: Path) -> None:
+async def test_readers_survive_a_server_restart(tmp_path: Path, forks: Forks) -> None:
     server = start_server(tmp_path / "nats")
     settings = NatsSettings(url=server.url, namespace="rr", request_timeout_s=2.0, connect_timeout_s=1.0)
     store = await connect(settings=settings)
-    live = Live(store.log, tmp_path / "live.duckdb", readers=1)
+    live = Live(store.log, tmp_path / "live.duckdb", readers=1, forks=forks)
     try:
         await write(store, 10)
         await live.reach(timeout=40)
-        before = {r.pid for r in reader.LIVE}
+        before = {r.pid for r in forks.live}
         server.kill()  # kill -9: the spans stream may lose what it had not yet written
         server.start()
         await write(store, 10, tag="after")  # the clients reconnect; new events past the restart
         await live.reach(timeout=40)
-        assert {r.pid for r in reader.LIVE}.isdisjoint(before)  # the readers stopped at the restart, started anew
+        assert {r.pid for r in forks.live}.isdisjoint(before)  # the readers stopped at the restart, started anew
     finally:
         tables = await live.tables()
     try:
@@ -157,14 +170,43 @@ def test_the_fork_server_ends_quietly() -> None:
     bindings reporting the frozen objects as leaked on stderr."""
     script = (
         "import socket\n"
-        "from voltbus.projections import forks\n"
+        "from voltbus.services.projector.forks import Forks\n"
+        "forks = Forks()\n"
         "ours, theirs = socket.socketpair()\n"
         "print(forks.fork(theirs) > 0)\n"
         "ours.close()\n"
-    )  # at its exit the process closes its end of the fork server's socket, and waits for the fork server to end
+        "forks.stop()\n"
+    )  # its owner stops it: closes its end of the fork server's socket, and waits for the fork server to end
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout.strip()) == (0, "True"), done.stderr
     assert "leaked" not in done.stderr, done.stderr
+
+
+def fork_servers() -> list[int]:
+    """This process's children that are readers' fork servers (read from /proc)."""
+    found = []
+    for task in Path("/proc/self/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                if b"serve_forks" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(int(pid))
+            except FileNotFoundError:  # it ended meanwhile
+                pass
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads this process's children from /proc")
+async def test_a_run_without_a_fork_server_of_its_callers_stops_its_own(store: Store, tmp_path: Path) -> None:
+    """``project`` and ``rebuild`` given no fork server start one for their readers and stop it by their end: none
+    outlives them (there is no module-level one)."""
+    await write(store, 5)
+    here = await build(store.log, tmp_path / "here.duckdb", readers=0)
+    assert await build(store.log, tmp_path / "own.duckdb", readers=1) == here
+    assert fork_servers() == []
+    settings = Settings(nats=store.log.settings)
+    assert settings.projector.forks  # the defaults start reader processes
+    await rebuild(settings, tmp_path / "rebuilt.duckdb", lambda _: None)
+    assert fork_servers() == []
 
 
 def backlog_lines(caplog: pytest.LogCaptureFixture, what: str) -> list[str]:
@@ -173,48 +215,48 @@ def backlog_lines(caplog: pytest.LogCaptureFixture, what: str) -> list[str]:
 
 
 async def test_a_backlog_is_read_by_a_reader_until_it_is_caught_up(
-    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture, forks: Forks
 ) -> None:
-    caplog.set_level("INFO", logger="voltbus.projections.follow")
+    caplog.set_level("INFO", logger="voltbus.services.projector.follow")
     await write(store, 30)
     ends = await ends_at(store.log)
     assert min(ends.values()) > 40, ends
-    live = Live(store.log, tmp_path / "live.duckdb", readers=0, batch_size=7, backlog=20)
+    live = Live(store.log, tmp_path / "live.duckdb", readers=0, batch_size=7, backlog=20, forks=forks)
     try:
         await live.reach()
         assert backlog_lines(caplog, "a backlog") == ["control", "spans"]
         # once less than a batch is left, each stream is read here again
-        await wait_for(lambda: not reader.LIVE, 30, "the backlog readers stopped")
+        await wait_for(lambda: not forks.live, 30, "the backlog readers stopped")
         assert backlog_lines(caplog, "caught up at") == ["control", "spans"]
         await write(store, 3, tag="late")  # a trickle: read here
         await live.reach()
-        assert not reader.LIVE
+        assert not forks.live
     finally:
         tables = await live.tables()
     assert tables == await build(store.log, tmp_path / "rebuilt.duckdb", readers=0)
 
 
 async def test_a_rebuild_keeps_its_backlog_reader_to_the_end(
-    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture, forks: Forks
 ) -> None:
-    caplog.set_level("INFO", logger="voltbus.projections.follow")
+    caplog.set_level("INFO", logger="voltbus.services.projector.follow")
     await write(store, 30)
     here = await build(store.log, tmp_path / "here.duckdb", readers=0)
     projector = Projector(tmp_path / "backlog.duckdb")
     try:
-        await project(projector, store.log, ends=await ends_at(store.log), batch_size=7, backlog=20)
+        await project(projector, store.log, ends=await ends_at(store.log), batch_size=7, backlog=20, forks=forks)
         assert dump(projector.con) == here
     finally:
         projector.close()
     assert backlog_lines(caplog, "a backlog") == ["control", "spans"]
     assert backlog_lines(caplog, "caught up at") == []  # a bounded run keeps its readers
-    assert not reader.LIVE
+    assert not forks.live
 
 
 async def test_no_backlog_reader_when_the_database_holds_more_rollouts_than_the_backlog(
     store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level("INFO", logger="voltbus.projections.follow")
+    caplog.set_level("INFO", logger="voltbus.services.projector.follow")
     await write(store, 30)
     path = tmp_path / "grown.duckdb"
     await build(store.log, path, readers=0)

@@ -15,10 +15,10 @@ from typing import NamedTuple
 import duckdb
 import pytest
 
-from voltbus.projections.follow import ends_at, project
-from voltbus.projections.projector import PROJECTION_VERSION, Projector
 from voltbus.schemas.errors import InvalidCommand
 from voltbus.services.projector.client import rebuild
+from voltbus.services.projector.follow import ends_at, project
+from voltbus.services.projector.projector import PROJECTION_VERSION, Projector
 from voltbus.services.settings import NatsSettings, Settings
 from voltbus.store import EnqueueRolloutRequest, Store
 

@@ -14,8 +14,8 @@ import duckdb
 import httpx
 import pyarrow.parquet as pq
 
-from voltbus.projections.follow import ends_at
 from voltbus.services.projector.app import run
+from voltbus.services.projector.follow import ends_at
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import Store
 

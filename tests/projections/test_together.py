@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from tests.benchmarks.bench_projector import read_all
-from voltbus.projections.follow import Following
-from voltbus.projections.projector import Projector
 from voltbus.services.eventlog import Envelope
+from voltbus.services.projector.follow import Following
+from voltbus.services.projector.projector import Projector
 from voltbus.store import Store
 
 from ..conftest import wait_for

@@ -13,11 +13,11 @@ import pytest
 from tests.benchmarks.bench_projector import read_all
 from voltbus.projections import training
 from voltbus.projections.adapter import AdapterOutput, AdapterSettings, AttemptInput, settings_id
-from voltbus.projections.follow import ends_at, project
-from voltbus.projections.projector import Projector
 from voltbus.services.eventlog import Envelope
 from voltbus.services.projector import client
 from voltbus.services.projector.app import Progress
+from voltbus.services.projector.follow import ends_at, project
+from voltbus.services.projector.projector import Projector
 from voltbus.services.settings import Settings
 from voltbus.store import Store
 

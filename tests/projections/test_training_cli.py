@@ -16,10 +16,10 @@ import msgspec
 import pyarrow.parquet as pq
 
 from voltbus.projections.adapter import AdapterSettings, settings_id
-from voltbus.projections.follow import ends_at
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.spans import ModelCalled
 from voltbus.services.projector.app import run
+from voltbus.services.projector.follow import ends_at
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import EnqueueRolloutRequest, Store
 

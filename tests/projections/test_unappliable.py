@@ -11,11 +11,11 @@ import msgspec
 
 from tests.benchmarks.bench_projector import control_events
 from voltbus.projections import lean
-from voltbus.projections.follow import ends_at, project
-from voltbus.projections.projector import Projector
 from voltbus.schemas import codec
 from voltbus.schemas.spans import SpanBatch, Usage
 from voltbus.services.eventlog import Envelope
+from voltbus.services.projector.follow import ends_at, project
+from voltbus.services.projector.projector import Projector
 from voltbus.store import Store
 
 from .conftest import dump, projected

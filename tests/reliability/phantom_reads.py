@@ -14,8 +14,8 @@ from pathlib import Path
 
 from tests.conftest import start_server
 from tests.projections.workload import telemetry
-from voltbus.projections.rewind import check
 from voltbus.services.eventlog import EventLog
+from voltbus.services.projector.rewind import check
 from voltbus.services.settings import NatsSettings
 
 TRIALS = 6

@@ -17,7 +17,8 @@ import voltbus as agl
 from voltbus.agent.tracing import get_active_tracer
 from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.spans import SpanRecorded
-from voltbus.services.runner.pipe import FinishAttempt, NextSequence, PublishSpans, SequenceIds, frame
+from voltbus.services.frames import frame
+from voltbus.services.runner.pipe import FinishAttempt, NextSequence, PublishSpans, SequenceIds
 from voltbus.services.settings import NatsSettings, Settings
 
 from .isolated_agents import _connects

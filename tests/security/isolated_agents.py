@@ -14,7 +14,8 @@ import nats
 
 import voltbus as agl
 from voltbus.agent.tracing import get_active_tracer
-from voltbus.services.runner.pipe import MAX_FRAME, frame
+from voltbus.services.frames import frame
+from voltbus.services.runner.pipe import MAX_FRAME
 
 
 async def _connects(url: str, user: str | None, password: str | None) -> bool:

@@ -12,13 +12,13 @@ from typer.testing import CliRunner
 from tests.services.gateway import conftest as gateway_fixtures
 from tests.services.gateway.conftest import GatewayFactory
 from voltbus.cli import app as cli
-from voltbus.projections.projector import Projector
 from voltbus.schemas import RewardReported, SpanRecorded
 from voltbus.schemas.errors import InvalidCommand
 from voltbus.services.dashboard import app as dashboard_app
 from voltbus.services.eventlog import EventLog
 from voltbus.services.projector import app as projector_app
 from voltbus.services.projector.client import run_sql
+from voltbus.services.projector.projector import Projector
 from voltbus.services.projector.sql import truncated_to
 from voltbus.services.serving import free_port, serving
 from voltbus.services.settings import DashboardSettings, NatsSettings, ProjectorSettings, Settings

@@ -16,9 +16,9 @@ from tests.projections.conftest import dump, projected
 from tests.projections.workload import write
 from tests.test_cli import one_line_error, run
 from voltbus.projections import integrity
-from voltbus.projections.follow import ends_at, project
-from voltbus.projections.projector import Projector
 from voltbus.services.projector.app import run as run_projector
+from voltbus.services.projector.follow import ends_at, project
+from voltbus.services.projector.projector import Projector
 from voltbus.services.projector.verify import verify
 from voltbus.services.serving import free_port
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings

@@ -18,11 +18,11 @@ from tests.conftest import wait_until
 from tests.projections.conftest import dump, projected
 from tests.projections.workload import write
 from tests.test_cli import one_line_error, run
-from voltbus.projections.projector import Projector
 from voltbus.schemas.errors import QueryRefused
 from voltbus.services.projector import app as projector_app
 from voltbus.services.projector import sql as sql_module
 from voltbus.services.projector.client import run_sql
+from voltbus.services.projector.projector import Projector
 from voltbus.services.serving import free_port, serving
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import connect

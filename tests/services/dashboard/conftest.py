@@ -15,9 +15,9 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
-from voltbus.projections.follow import ends_at
 from voltbus.services.dashboard.app import run as run_dashboard
 from voltbus.services.projector.app import run as run_projector
+from voltbus.services.projector.follow import ends_at
 from voltbus.services.settings import DashboardSettings, NatsSettings, ProjectorSettings, Settings
 from voltbus.store import connect
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from voltbus.projections.follow import ends_at, project
-from voltbus.projections.projector import Projector
 from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.schemas.spans import SpanRecorded
 from voltbus.services.eventlog import Envelope
+from voltbus.services.projector.follow import ends_at, project
+from voltbus.services.projector.projector import Projector
 from voltbus.services.settings import NatsSettings
 from voltbus.store import EnqueueRolloutRequest, Store
 

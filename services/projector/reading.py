@@ -10,13 +10,14 @@ import logging
 import socket
 from typing import Any
 
+from voltbus.projections.ipc import to_ipc
+from voltbus.projections.lean import projector_feed
+from voltbus.projections.prepare import Preparer, cut_of, load_states, span_part
 from voltbus.services.eventlog import EventLog, connect
+from voltbus.services.frames import next_frame
 from voltbus.services.settings import NatsSettings
 
-from .frames import BUFFERED, HEAD, Arrived, Batch, Failed, Frame, Start, States, Upto, decoder, frame
-from .ipc import to_ipc
-from .lean import projector_feed
-from .prepare import Preparer, cut_of, load_states, span_part
+from .messages import BUFFERED, FRAMES, Arrived, Batch, Failed, Frame, Start, States, Upto
 
 HOLD = 4
 """Batches' worth of received messages a reader holds before it waits for the projector to ask."""
@@ -48,7 +49,7 @@ async def _serve(sock: socket.socket) -> None:
         settings = NatsSettings.model_validate_json(start.settings)
         log_ = EventLog(await connect(settings, f"voltbus-reader-{start.stream}"), settings)  # the streams exist
     except Exception as exc:  # the projector goes on without readers, and says why
-        writer.write(frame(Failed(reason=f"{type(exc).__name__}: {exc}")))
+        writer.write(FRAMES.frame(Failed(reason=f"{type(exc).__name__}: {exc}")))
         await writer.drain()
         return
     asks: collections.deque[int] = collections.deque()
@@ -61,7 +62,7 @@ async def _serve(sock: socket.socket) -> None:
         if work.done():  # the stream reached to_seq, or reading failed
             if not work.cancelled() and (exc := work.exception()) is not None:
                 cut = exc.cut if isinstance(exc, Unprepared) else None
-                writer.write(frame(Failed(reason=f"{type(exc).__name__}: {exc}", cut=cut)))
+                writer.write(FRAMES.frame(Failed(reason=f"{type(exc).__name__}: {exc}", cut=cut)))
             writer.transport.set_write_buffer_limits(high=0)
             await writer.drain()  # every batch handed over
             await listening  # until the projector closes the socket
@@ -76,8 +77,7 @@ async def _serve(sock: socket.socket) -> None:
 
 
 async def _receive(reader: asyncio.StreamReader) -> Frame:
-    (size,) = HEAD.unpack(await reader.readexactly(HEAD.size))
-    return decoder.decode(await reader.readexactly(size))
+    return FRAMES.decode(await next_frame(reader))
 
 
 async def _listen(reader: asyncio.StreamReader, asks: collections.deque[int], asked: asyncio.Event) -> None:
@@ -117,7 +117,7 @@ async def _work(
                     batch = _batch(preparer, stream, items, cut, seen)
                 except Exception as exc:
                     raise Unprepared(f"{type(exc).__name__}: {exc}", cut) from exc
-                writer.write(frame(batch))
+                writer.write(FRAMES.frame(batch))
                 await writer.drain()
                 continue
             if len(held) >= HOLD * BATCH_HINT and not asks:
@@ -131,7 +131,7 @@ async def _work(
             if items:
                 held.extend(items)
                 tail = items[-1].seq
-                writer.write(frame(Arrived(seq=tail, seen=seen)))
+                writer.write(FRAMES.frame(Arrived(seq=tail, seen=seen)))
                 await writer.drain()
     finally:
         await feed.close()

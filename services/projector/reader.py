@@ -11,10 +11,10 @@ received (``Arrived``). The projector asks every reader of a stream for the same
 the sequence all have received, at most a batch further); each answers with its share's tables for
 exactly that range (``Batch``), and the projector writes the shares in one transaction. It keeps two
 cuts asked for, so the readers prepare the next batch while it writes one. This module is the
-projector's side; a reader's own work is in reading.py, the frames in frames.py, and readers are forked
-by the fork server of forks.py (a start takes milliseconds after the first). The projector stays the
-only writer: readers never open the database. A reader ends when its socket closes (the projector
-stopped or died; one that reached ``to_seq`` hands over what it has and waits for that). It stops with
+projector's side; a reader's own work is in reading.py, the frames in messages.py, and readers are forked
+by the fork server of forks.py (a start takes milliseconds after the first), which its owner hands in.
+The projector stays the only writer: readers never open the database. A reader ends when its socket closes (the
+projector stopped or died; one that reached ``to_seq`` hands over what it has and waits for that). It stops with
 ``Failed`` when it cannot go on: a row Arrow refuses (the projector applies that cut itself), or its
 feed re-subscribed or reconnected (the projector compares its checkpoint with the log, then starts new
 readers after it, so that nothing received before a server restart is mixed with what came after).
@@ -31,16 +31,16 @@ import select
 import signal
 import socket
 import threading
-import weakref
 
 import msgspec
 
+from voltbus.projections.ipc import from_ipc
+from voltbus.projections.prepare import Part, Prepared, rollout_part
+from voltbus.services.frames import receive
 from voltbus.services.settings import NatsSettings
 
-from . import forks
-from .frames import HEAD, Arrived, Batch, Failed, Frame, Start, States, Upto, decoder, frame
-from .ipc import from_ipc
-from .prepare import Part, Prepared, rollout_part
+from .forks import Forks
+from .messages import FRAMES, Arrived, Batch, Failed, Frame, Start, States, Upto
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,6 @@ ANSWER_S = 60.0
 """Longest the projector waits for a reader's share of a cut before it gives up on the reader."""
 State = tuple[str, bytes]
 """A rollout's folded state, as ``rollout_states`` keeps it."""
-LIVE: weakref.WeakSet[Reader] = weakref.WeakSet()
-"""Readers started and not yet closed (to see, or stop, their processes)."""
 
 
 class ReaderFailed(Exception):
@@ -70,8 +68,8 @@ class Reader:
     """One reader process, seen from the projector: frames are read by a thread of its own (blocking
     calls: a batch of model calls goes past the event loop) and handed to the loop."""
 
-    def __init__(self, stream: str, part: Part, pid: int, sock: socket.socket) -> None:
-        self.stream, self.part, self.pid, self.sock = stream, part, pid, sock
+    def __init__(self, forks: Forks, stream: str, part: Part, pid: int, sock: socket.socket) -> None:
+        self.forks, self.stream, self.part, self.pid, self.sock = forks, stream, part, pid, sock
         self.pidfd: int | None = None
         """The reader's process as a descriptor (Linux): waited on and killed without mistaking another
         process that got its pid (the fork server lets the system reap its readers)."""
@@ -88,17 +86,25 @@ class Reader:
 
     @classmethod
     async def start(
-        cls, settings: NatsSettings, stream: str, part: Part, from_seq: int, to_seq: int | None, states: list[State]
+        cls,
+        forks: Forks,
+        settings: NatsSettings,
+        stream: str,
+        part: Part,
+        from_seq: int,
+        to_seq: int | None,
+        states: list[State],
     ) -> Reader:
-        """Start a reader of a share of ``stream`` from ``from_seq``; ``states``: the committed folds of the share."""
+        """Start a reader of a share of ``stream`` from ``from_seq``, forked by ``forks``; ``states``: the committed
+        folds of the share."""
         ours, theirs = socket.socketpair()
         try:
             pid = await asyncio.to_thread(forks.fork, theirs)
         finally:
             theirs.close()
-        self = cls(stream, part, pid, ours)
+        self = cls(forks, stream, part, pid, ours)
         self.tail = from_seq - 1
-        LIVE.add(self)
+        forks.live.add(self)
         chunks = [states[i : i + CHUNK] for i in range(0, len(states), CHUNK)]
         start = Start(
             settings=settings.model_dump_json(),
@@ -120,7 +126,7 @@ class Reader:
     def ask(self, seq: int) -> None:
         """Ask for this share's tables up to ``seq`` (a few bytes: the socket never holds the loop up)."""
         try:
-            self.sock.sendall(frame(Upto(seq=seq)))
+            self.sock.sendall(FRAMES.frame(Upto(seq=seq)))
         except OSError as exc:
             self._fail(ReaderFailed(f"the reader process of {self.stream} went away ({exc})"))
 
@@ -134,27 +140,17 @@ class Reader:
 
     def _send(self, frames: list[Frame]) -> None:
         for message in frames:
-            self.sock.sendall(frame(message))
+            self.sock.sendall(FRAMES.frame(message))
 
     def _read(self) -> None:
         try:
             while True:
-                message = decoder.decode(self._exactly(HEAD.unpack(self._exactly(HEAD.size))[0]))
+                message = FRAMES.decode(receive(self.sock.recv_into))
                 self._loop.call_soon_threadsafe(self._arrive, message)
         except (EOFError, OSError, msgspec.DecodeError) as exc:
             failure = ReaderFailed(f"the reader process of {self.stream} (pid {self.pid}) ended ({exc})")
             with contextlib.suppress(RuntimeError):  # the loop may be closed already
                 self._loop.call_soon_threadsafe(self._fail, failure)
-
-    def _exactly(self, size: int) -> bytearray:
-        data = bytearray(size)
-        view, got = memoryview(data), 0
-        while got < size:
-            n = self.sock.recv_into(view[got:])
-            if n == 0:
-                raise EOFError("socket closed")
-            got += n
-        return data
 
     def _arrive(self, message: Frame) -> None:
         match message:
@@ -179,7 +175,7 @@ class Reader:
     async def close(self) -> None:
         """Stop the reader: closing its socket ends it (it waits on nothing else); one that has not ended
         within ``ANSWER_S`` / 12 is killed."""
-        LIVE.discard(self)
+        self.forks.live.discard(self)
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         if self._thread.is_alive():
@@ -208,6 +204,7 @@ class Readers:
     @classmethod
     async def start(
         cls,
+        forks: Forks,
         settings: NatsSettings,
         stream: str,
         count: int,
@@ -215,7 +212,8 @@ class Readers:
         to_seq: int | None,
         states: list[State],
     ) -> Readers:
-        """``count`` readers of ``stream`` after ``position``; ``states``: the committed folds (control)."""
+        """``count`` readers of ``stream`` after ``position``, forked by ``forks``; ``states``: the committed folds
+        (control)."""
         readers: list[Reader] = []
         shares: list[list[State]] = [[] for _ in range(count)]
         for state in states:
@@ -223,7 +221,7 @@ class Readers:
         try:
             for index, share in enumerate(shares):
                 part = (index, count)
-                readers.append(await Reader.start(settings, stream, part, position + 1, to_seq, share))
+                readers.append(await Reader.start(forks, settings, stream, part, position + 1, to_seq, share))
         except BaseException:
             for started in readers:
                 await started.close()

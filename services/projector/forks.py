@@ -1,9 +1,9 @@
-"""The readers' fork server: a process of its own, started once, that forks a reader process (reading.py)
-for each socket the projector hands it."""
+"""The readers' fork server: a process of its own, started once by its owner (the projector service, a
+rebuild, or ``follow.project`` itself), that forks a reader process (reading.py) for each socket it is handed."""
 
 from __future__ import annotations
 
-import atexit
+import asyncio
 import contextlib
 import gc
 import os
@@ -13,23 +13,33 @@ import struct
 import subprocess
 import sys
 import threading
+import weakref
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from .reading import main
+
+if TYPE_CHECKING:
+    from .reader import Reader
 
 
 class Forks:
     """A fork server: a process of its own with this module imported (started once, ~0.5 s), that forks
     a reader for each socket it is handed, so that starting one takes milliseconds. It runs one thread and
     no event loop when it forks (forking is safe there, unlike in the projector's process: see
-    ``SINGLE_THREADED``); it ends when the projector's end of its control socket closes, and its readers
-    when their sockets do."""
+    ``SINGLE_THREADED``); it ends when its owner calls ``stop`` (or the owner's process ends, closing its
+    end of the control socket), and its readers when their sockets close. No module-level instance: each
+    owner starts and stops its own."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.control: socket.socket | None = None
         self.process: subprocess.Popen[bytes] | None = None
+        self.live: weakref.WeakSet[Reader] = weakref.WeakSet()
+        """Readers started and not yet closed (to see, or stop, their processes)."""
 
     def start(self) -> None:
+        """Start the fork server now (about half a second) rather than at the first reader; once."""
         with self.lock:
             if self.process is not None and self.process.poll() is None:
                 return
@@ -41,7 +51,7 @@ class Forks:
             self.control = ours
 
     def stop(self) -> None:
-        """End the fork server (at exit; its readers end with their sockets)."""
+        """End the fork server (its readers end with their sockets); it starts again at the next ``fork``."""
         with self.lock:
             if self.control is not None:
                 self.control.close()
@@ -77,8 +87,6 @@ from {module} import serve_forks
 serve_forks({fd})
 """
 """The fork server's program: it ignores the stop signals from its start (its imports take ~0.5 s)."""
-_forks = Forks()
-atexit.register(_forks.stop)
 
 
 def serve_forks(fd: int) -> None:
@@ -105,17 +113,23 @@ def serve_forks(fd: int) -> None:
         control.sendall(struct.pack("<q", pid))
 
 
-def fork(sock: socket.socket) -> int:
-    """A new reader process serving ``sock`` (the fork server is started first if need be); its pid."""
-    return _forks.fork(sock)
-
-
-def prestart() -> None:
-    """Start the fork server now (about half a second, once per process) rather than at the first reader."""
-    if supported():
-        _forks.start()
-
-
 def supported() -> bool:
     """Whether reader processes can be started here (fork and descriptor passing: a POSIX system)."""
     return hasattr(os, "fork") and hasattr(socket, "send_fds")
+
+
+@contextlib.asynccontextmanager
+async def owned(forks: Forks | None, wanted: bool, start: bool = True) -> AsyncIterator[Forks | None]:
+    """``forks`` when the caller has one; else, when ``wanted`` (reader processes may start) and ``supported``, a
+    fork server of this block's own, stopped at its end (``start``: started at its beginning, else at its first
+    reader); else None."""
+    if forks is not None or not (wanted and supported()):
+        yield forks
+        return
+    own = Forks()
+    try:
+        if start:
+            await asyncio.to_thread(own.start)
+        yield own
+    finally:
+        await asyncio.to_thread(own.stop)

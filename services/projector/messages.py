@@ -1,20 +1,18 @@
-"""What a reader process and the projector say to each other over their socket: length-prefixed msgpack
-frames (``Start`` and ``States`` to the reader, ``Upto`` asks; ``Arrived``, ``Batch`` and ``Failed`` back),
-a batch's tables as Arrow IPC streams. See reader.py for the exchange."""
+"""What a reader process and the projector say to each other over their socket: frames of the one codec
+(``services/frames.py``; ``Start`` and ``States`` to the reader, ``Upto`` asks; ``Arrived``, ``Batch`` and
+``Failed`` back), a batch's tables as Arrow IPC streams. See reader.py for the exchange."""
 
 from __future__ import annotations
 
 import logging
-import struct
 
 import msgspec
 
-from .prepare import Cut, Part
+from voltbus.projections.prepare import Cut, Part
+from voltbus.services.frames import Codec
 
 BUFFERED = 64 << 20
 """Bytes of prepared batches held between a reader and the projector (a few batches of model calls)."""
-HEAD = struct.Struct("<I")
-"""A frame's length, before its body."""
 
 
 class Start(msgspec.Struct, tag=True, kw_only=True):
@@ -67,12 +65,5 @@ class Failed(msgspec.Struct, tag=True, kw_only=True):
 
 
 Frame = Start | States | Upto | Arrived | Batch | Failed
-_encoder = msgspec.msgpack.Encoder()
-decoder = msgspec.msgpack.Decoder(Frame)
-"""Decodes a frame's body."""
-
-
-def frame(message: Frame) -> bytes:
-    """One frame: length-prefixed msgpack."""
-    body = _encoder.encode(message)
-    return HEAD.pack(len(body)) + body
+FRAMES: Codec[Frame] = Codec(Frame)
+"""Frames of this exchange, both ways."""

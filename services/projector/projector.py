@@ -2,7 +2,7 @@
 
 Each batch of a stream is applied, and that stream's checkpoint moved, in one DuckDB transaction,
 so a kill at any instant loses nothing and doubles nothing: on restart each stream resumes at its
-checkpoint + 1. The rows come from ``prepare.py`` (in this process, or in a reader process), rollout and
+checkpoint + 1. The rows come from ``projections/prepare.py`` (in this process, or in a reader process), rollout and
 attempt rows by folding the lifecycle decider's ``evolve``.
 """
 
@@ -19,13 +19,13 @@ import duckdb
 import msgspec
 import pyarrow as pa
 
+from voltbus.projections import blocks, integrity, lean, training
+from voltbus.projections.adapter import AdapterSettings
+from voltbus.projections.prepare import Key, Prepared, Preparer, load_states, tables, unapplied
+from voltbus.projections.rows import Row
+from voltbus.projections.safety import SAFETY
 from voltbus.schemas.errors import DecodeError
 from voltbus.services.eventlog import BadEvent, Envelope
-
-from . import blocks, integrity, lean, training
-from .adapter import AdapterSettings
-from .prepare import Key, Prepared, Preparer, load_states, tables, unapplied
-from .rows import Row
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +37,6 @@ REFRESH_TOGETHER = 2000
 
 UNAPPLIABLE = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputException, pa.ArrowException, OverflowError)
 """What rows out of a column's range (or type) raise in DuckDB or Arrow: the events that cause it are quarantined."""
-SAFETY: dict[str, str | bool | int] = {
-    "enable_external_access": False,
-    "autoinstall_known_extensions": False,
-    "autoload_known_extensions": False,
-    "allow_community_extensions": False,
-    "lock_configuration": True,
-}
-"""DuckDB settings of every connection to a projection: SQL reaches no file but the database itself (and its own
-WAL and spill files), no network and no extension, and no statement can change these settings (a query sent to the
-SQL endpoint included). The projector itself needs none of it: its batches are registered Arrow tables."""
 
 
 def prepare_file(path: Path) -> None:

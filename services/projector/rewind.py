@@ -26,11 +26,11 @@ import msgspec
 import nats.errors
 import nats.js.errors
 
+from voltbus.projections.rows import Row, activity_keys, count_activity
 from voltbus.services.eventlog import EventLog
 from voltbus.services.eventlog.records import Envelope
 
 from .projector import Projector
-from .rows import Row, activity_keys, count_activity
 
 log = logging.getLogger(__name__)
 

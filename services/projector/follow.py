@@ -10,12 +10,13 @@ import duckdb
 import nats.errors
 import nats.js.errors
 
+from voltbus.projections.lean import projector_feed
+from voltbus.projections.prepare import Prepared
 from voltbus.services.eventlog import BadEvent, Envelope, EventLog
 from voltbus.services.restart import cancelled
 
-from . import forks, reader
-from .lean import projector_feed
-from .prepare import Prepared
+from . import reader
+from .forks import Forks, owned
 from .projector import STREAMS, UNAPPLIABLE, Projector
 from .rewind import Divergence, Guard
 
@@ -92,6 +93,7 @@ async def project(
     max_wait: float = 0.1,
     readers: int | dict[str, int] = 0,
     backlog: int = 0,
+    forks: Forks | None = None,
 ) -> None:
     """Apply both streams until ``ends`` are reached (a rebuild) or ``stop`` is set (live).
 
@@ -100,11 +102,15 @@ async def project(
     cannot start or fail leave their stream to this process, and a batch the database refuses is applied
     again here (in halves, down to the events at fault). ``backlog``: a stream with no readers that has at
     least this many messages to catch up on gets one until it has (0: never; ``ProjectorSettings.reader_backlog``).
+    ``forks``: the fork server that starts them, its caller's (started beforehand, stopped by the caller); without
+    one, a run that may start readers starts its own and stops it at its end.
     """
-    following = Following(projector, log_, ends, stop, progress, batch_size, max_wait, readers, backlog)
-    async with asyncio.TaskGroup() as tasks:
-        for stream in STREAMS:
-            tasks.create_task(following.one(stream))
+    counts = readers if isinstance(readers, dict) else dict.fromkeys(STREAMS, int(readers))
+    async with owned(forks, any(counts.values()) or backlog > 0, start=False) as forks_:
+        following = Following(projector, log_, ends, stop, progress, batch_size, max_wait, counts, backlog, forks_)
+        async with asyncio.TaskGroup() as tasks:
+            for stream in STREAMS:
+                tasks.create_task(following.one(stream))
     await asyncio.to_thread(projector.release_held)  # what waited for telemetry past a bounded run's end
 
 
@@ -122,13 +128,15 @@ class Following:
         max_wait: float,
         readers: int | dict[str, int],
         backlog: int = 0,
+        forks: Forks | None = None,
     ) -> None:
         self.projector, self.log, self.ends, self.stop, self.progress = projector, log_, ends, stop, progress
         self.batch_size, self.max_wait, self.backlog = batch_size, max_wait, backlog
         self.lock = asyncio.Lock()
         """One writer connection: batches of the two streams take turns."""
         self.counts = readers if isinstance(readers, dict) else dict.fromkeys(STREAMS, int(readers))
-        self.use = dict.fromkeys(STREAMS, forks.supported())
+        self.forks = forks
+        self.use = dict.fromkeys(STREAMS, forks is not None)
         """Per stream: whether reader processes may read it (no longer once they failed three times in a row)."""
         self.catching_up = dict.fromkeys(STREAMS, False)
         """Per stream: whether its readers are there for a backlog only (``backlog``), until it is caught up."""
@@ -168,7 +176,8 @@ class Following:
                         states = await asyncio.to_thread(self.projector.stored_states)
                 position = self.projector.positions[stream]
                 settings = self.log.settings
-                return await reader.Readers.start(settings, stream, count, position, end, states)
+                assert self.forks is not None  # (``use``)
+                return await reader.Readers.start(self.forks, settings, stream, count, position, end, states)
             except Exception as exc:
                 log.warning("no reader process for %s (%s): reading it in this process", stream, exc)
                 self.use[stream] = self.catching_up[stream] = False

@@ -265,7 +265,7 @@ class Feed:
     @property
     def seen(self) -> tuple[int, int]:
         """Subscriptions made and the connection's reconnects so far: when either changes, what comes next
-        may come from a restarted server (see ``projections.rewind.Guard``)."""
+        may come from a restarted server (see ``services.projector.rewind.Guard``)."""
         return self.subscriptions, self.nc.stats["reconnects"]
 
     async def last_seq(self) -> int:

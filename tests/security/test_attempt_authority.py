@@ -16,8 +16,8 @@ import duckdb
 import msgspec
 import pytest
 
-from voltbus.projections.follow import ends_at, project
-from voltbus.projections.projector import Projector
+from voltbus.services.projector.follow import ends_at, project
+from voltbus.services.projector.projector import Projector
 from voltbus.schemas import codec
 from voltbus.schemas.commands import ClaimRollout, ExpireAttempt, FinishAttempt, QueueRollout
 from voltbus.schemas.errors import IllegalTransition

@@ -268,7 +268,8 @@ def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: 
         say(summary(up, time.monotonic() - began))
         if up.bus and up.bus.bus.auth_dir:
             admin = up.bus.bus.auth_dir / "admin.env"
-            say(f"up: the bus requires a user, the gateway a key, SQL and the dashboard a token; yours: set -a; . {admin}; set +a")
+            needs = "the bus requires a user, the gateway a key, SQL and the dashboard a token"
+            say(f"up: {needs}; yours: set -a; . {admin}; set +a")
         code = up.supervise(keep_going, exit_from)
     except ServiceFailed as exc:
         code = 0 if up.stopping.is_set() else 1

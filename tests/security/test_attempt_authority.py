@@ -16,8 +16,6 @@ import duckdb
 import msgspec
 import pytest
 
-from voltbus.services.projector.follow import ends_at, project
-from voltbus.services.projector.projector import Projector
 from voltbus.schemas import codec
 from voltbus.schemas.commands import ClaimRollout, ExpireAttempt, FinishAttempt, QueueRollout
 from voltbus.schemas.errors import IllegalTransition
@@ -29,6 +27,8 @@ from voltbus.services.lifecycle.authority import Holder, refusal, verifies
 from voltbus.services.lifecycle.signing import SigningDecider
 from voltbus.services.lifecycle.state import RolloutState
 from voltbus.services.ops.natsserver import NatsServer
+from voltbus.services.projector.follow import ends_at, project
+from voltbus.services.projector.projector import Projector
 from voltbus.store import Store, connect
 
 from .test_bus_permissions import admin_log, auth_dir, role_settings, secured_server  # noqa: F401

@@ -167,9 +167,9 @@ async def test_a_restarted_runner_settles_its_old_attempts_before_it_claims(
 
 
 async def test_on_a_bus_with_users_the_restarted_runner_settles_with_its_kept_key(
-    secured_server: NatsServer,
-    auth_dir: Path,
-    tmp_path: Path,  # noqa: F811
+    secured_server: NatsServer,  # noqa: F811
+    auth_dir: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """Runners may not end others' attempts (the authority subject is closed to them), so a restarted runner ends
     its previous process's attempt as its holder: the key of fixed worker ids is kept in a file (mode 0600)."""

@@ -5,7 +5,7 @@ characters; the literal ``</s>`` inside a segment is the end-of-answer token. On
 ``trained`` segments carry a loss, so a prompt, or a tool's output in the middle of a transcript, is
 context the model reads but is never taught to write (the same masking GRPO applies to tool tokens).
 
->>> from voltbus.model import build_tokenizer
+>>> from voltbus.services.clients.model import build_tokenizer
 >>> tok = build_tokenizer()
 >>> ids, mask, labels = segments_batch(tok, [[("Q:1\\n", False), ("A:1</s>", True)]])
 >>> ids[0].tolist(), labels[0].tolist()[:5], labels[0].tolist()[5:]

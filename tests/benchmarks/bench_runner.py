@@ -63,8 +63,8 @@ from tests.benchmarks.bench_eventlog import (
     table,
     write_csv,
 )
+from voltbus.agent import DummyTracer, clear_active_tracer, set_active_tracer
 from voltbus.schemas.resources import LLM
-from voltbus.services.clients.telemetry.tracing import DummyTracer, clear_active_tracer, set_active_tracer
 from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.projector.follow import project
 from voltbus.services.projector.forks import Forks

@@ -14,9 +14,9 @@ from typing import Any
 import msgspec
 
 import voltbus as agl
+from voltbus.agent import get_active_tracer
 from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.spans import SpanRecorded
-from voltbus.services.clients.telemetry.tracing import get_active_tracer
 from voltbus.services.frames import frame
 from voltbus.services.runner.pipe import FinishAttempt, NextSequence, PublishSpans, SequenceIds
 from voltbus.services.settings import NatsSettings, Settings

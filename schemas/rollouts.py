@@ -161,6 +161,9 @@ class AttemptTimedOut(Event, frozen=True, kw_only=True):
     """The limit that was exceeded, as configured."""
     at: Timestamp
     """When the coordinator noticed."""
+    holder_sig: str | None = None
+    """The attempt's holder's signature when that worker ended it itself (a restarted runner settling what its
+    previous process left); None: an end by authority, stored on the rollout's authority subject."""
 
 
 class AttemptMarkedUnresponsive(Event, frozen=True, kw_only=True):
@@ -174,6 +177,9 @@ class AttemptMarkedUnresponsive(Event, frozen=True, kw_only=True):
     """Last sign of life seen; None when none ever arrived (counted from the claim)."""
     at: Timestamp
     """When the coordinator noticed."""
+    holder_sig: str | None = None
+    """The attempt's holder's signature when that worker ended it itself (a restarted runner settling what its
+    previous process left); None: an end by authority, stored on the rollout's authority subject."""
 
 
 class RolloutFailed(Event, frozen=True, kw_only=True):

@@ -178,10 +178,10 @@ def subject_for(topology: Topology, event: AnyEvent) -> str:
     match event:
         case RolloutQueued() | RolloutRequeued():
             return topology.rollout_queue(event.rollout_id)
-        case AttemptTimedOut() | AttemptMarkedUnresponsive() | RolloutCancelled() | RolloutUpdated():
+        case RolloutCancelled() | RolloutUpdated():
             return topology.rollout_authority(event.rollout_id)
-        case RolloutFailed() if event.holder_sig is None:  # signed: its attempt's holder failed it (``.e``)
-            return topology.rollout_authority(event.rollout_id)
+        case AttemptTimedOut() | AttemptMarkedUnresponsive() | RolloutFailed() if event.holder_sig is None:
+            return topology.rollout_authority(event.rollout_id)  # signed: its attempt's holder ended it (``.e``)
         case _ if isinstance(event, _ROLLOUT_EVENTS):
             return topology.rollout_events(event.rollout_id)
         case ResourcesPublished():

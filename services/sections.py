@@ -168,6 +168,10 @@ class RunnerSettings(BaseModel):
     ``isolate``: one such process per rollout, killed at the rollout's timeout (a Python start per rollout).
     ``in-process``: in the runner's process, which holds the bus credentials: for trusted agents only (it warns).
     An agent object given to ``Runner`` (``Trainer.fit``) already lives in its caller's process and runs there."""
+    key_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("voltbus")) / "runner-keys")
+    """Where a runner with fixed worker ids (``worker_prefix`` set) keeps its signing key, one file (mode 0600) per
+    namespace and prefix: its next process holds the same key, so it can end what this one left running. A runner
+    numbered by the bus keeps its key in memory only."""
     agent_user: str | None = None
     """OS user (a name or a uid) that agent processes (the agent host, isolated rollouts) run as, when the runner
     runs as root (compose's image does): they can then not read the runner's credentials file (mode 0600), which

@@ -20,7 +20,7 @@ import functools
 import msgspec
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 from voltbus.schemas.rollouts import (
     AttemptClaimed,
@@ -41,6 +41,8 @@ from .state import ACTIVE_ATTEMPT, RolloutState
 
 HOLDER_EVENTS = (AttemptStarted, AttemptSucceeded, AttemptFailed, AttemptUpdated)
 """Events only an attempt's holder may write."""
+HOLDER_ENDS = (AttemptTimedOut, AttemptMarkedUnresponsive, RolloutFailed)
+"""Ends by authority that an attempt's holder may also sign (then stored on the rollout's own subject)."""
 AUTHORITY_EVENTS = (AttemptTimedOut, AttemptMarkedUnresponsive, RolloutCancelled, RolloutFailed, RolloutUpdated)
 """Events that end or change an attempt or rollout without its holder: stored on the authority subject (rules 2)."""
 
@@ -96,12 +98,17 @@ _REQUIRED = object()
 
 
 class Holder:
-    """A worker's signing key, kept in memory only: a new key per process, never written anywhere."""
+    """A worker's signing key: a new one per process by default, kept in memory only (``raw``: a key a runner with
+    fixed worker ids keeps in its key file, so its next process can settle what this one left)."""
 
-    def __init__(self) -> None:
-        self._key = Ed25519PrivateKey.generate()
+    def __init__(self, raw: bytes | None = None) -> None:
+        self._key = Ed25519PrivateKey.from_private_bytes(raw) if raw else Ed25519PrivateKey.generate()
         self.public = _b64(self._key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
         """The public key claims record (base64url of the 32 raw bytes)."""
+
+    def private_bytes(self) -> bytes:
+        """The 32 raw bytes of the private key (for a key file, mode 0600)."""
+        return self._key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
 
     def sign(self, event: RolloutEvent) -> RolloutEvent:
         """``event`` with this holder's signature (``holder_sig``)."""
@@ -130,7 +137,7 @@ def refusal(state: RolloutState, event: RolloutEvent, subject: str | None = None
     not from the log, e.g. a writer's own decision, so the subject rule is not checked)."""
     if isinstance(event, HOLDER_EVENTS):
         return _unsigned(state, event, event.attempt_id)
-    if isinstance(event, RolloutFailed) and event.holder_sig is not None:
+    if isinstance(event, HOLDER_ENDS) and event.holder_sig is not None:
         return _unsigned(state, event, event.attempt_id or "")
     if isinstance(event, AttemptClaimed) and held_by_other(state, event.holder_key):
         held = state.latest.attempt_id  # type: ignore[union-attr]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import msgspec
 
 from voltbus.schemas.commands import RolloutCommand
-from voltbus.schemas.rollouts import RolloutEvent, RolloutFailed
+from voltbus.schemas.rollouts import RolloutEvent
 
 from . import decider
-from .authority import HOLDER_EVENTS, Holder
+from .authority import HOLDER_ENDS, HOLDER_EVENTS, Holder
 from .state import RolloutState
 
 
@@ -31,14 +31,14 @@ class SigningDecider:
         return command
 
     def decide(self, command: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
-        """The events ``decider.decide`` yields for the keyed command; the attempt events, and a final failure of
-        an attempt this holder holds, signed."""
+        """The events ``decider.decide`` yields for the keyed command; the attempt events, and the ends (timeout,
+        unresponsive, final failure) of an attempt this holder holds, signed."""
         return [self._signed(e, state) for e in decider.decide(self.keyed(command), state)]
 
     def _signed(self, event: RolloutEvent, state: RolloutState) -> RolloutEvent:
         if isinstance(event, HOLDER_EVENTS):
             return self.holder.sign(event)
-        if isinstance(event, RolloutFailed) and event.attempt_id is not None:
+        if isinstance(event, HOLDER_ENDS) and event.attempt_id is not None:
             attempt = state.attempt(event.attempt_id)
             if attempt is not None and attempt.holder_key == self.holder.public:
                 return self.holder.sign(event)

@@ -30,6 +30,7 @@ from .execute import run_rollout
 from .heartbeat import Heartbeat
 from .host import AgentHost
 from .isolate import agl_environment, run_isolated
+from .keys import load_holder
 from .loader import load_agent
 from .pipe import SpanLimits
 from .session import open_sessions
@@ -112,6 +113,8 @@ class Runner:
         if "worker_prefix" not in cfg.model_fields_set:  # Worker-<n>, numbered across every runner of the bus
             last = await store.log.next_sequence(WORKER_NUMBERS, cfg.slots)
             self.worker_ids = [f"{cfg.worker_prefix}-{n}" for n in range(last - cfg.slots, last)]
+        else:  # fixed ids: the key of the previous process with them, so it may end what that one left running
+            store.sign_as(load_holder(cfg.key_dir / store.topology.namespace / f"{cfg.worker_prefix}.key"))
         await open_sessions(store, self.worker_ids)  # before any claim: settle what a previous process left
         self.dispatcher = Dispatcher(store, report_claims=cfg.busy_report_s == 0)
         if self.agent is not None:

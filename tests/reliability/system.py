@@ -40,6 +40,7 @@ class Service:
     env: dict[str, str]
     log: Path
     health: str | None = None
+    health_headers: dict[str, str] | None = None
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -78,7 +79,7 @@ class Service:
         if self.health is None:
             return True
         try:
-            return httpx.get(self.health, timeout=1.0).status_code == 200
+            return httpx.get(self.health, headers=self.health_headers, timeout=1.0).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -157,6 +158,10 @@ class System:
             | self.extra_env
         )
 
+    def dashboard_auth(self) -> dict[str, str]:
+        """The header that carries the dashboard's token (generated with the other credentials)."""
+        return {"Authorization": f"Bearer {self.secrets('dashboard')['VOLTBUS_DASHBOARD__TOKEN']}"}
+
     def port(self, name: str) -> int:
         return self.ports.setdefault(name, free_port())
 
@@ -230,7 +235,7 @@ def training_system(work: Path, run_id: str, steps: int, runners: int = 2, env: 
         "dashboard",
         ["dashboard", "--port", str(dashboard)],
         health=f"http://127.0.0.1:{dashboard}/api/overview",  # it answers only with the projector's data
-    )
+    ).health_headers = s.dashboard_auth()
     s.add(
         "learner",
         ["learner", "--tasks", str(EXAMPLE / "tasks.jsonl"), "--model", str(EXAMPLE / "model"),

@@ -79,8 +79,9 @@ async def serves(system: System, label: str, deadline_s: float = 60.0) -> dict[s
 
 
 async def dashboard_overview(system: System) -> dict[str, Any]:
-    """The dashboard's overview (it reads the projector's SQL with the token): 200 and its JSON."""
-    async with httpx.AsyncClient() as http:
+    """The dashboard's overview (it reads the projector's SQL with the token; we send the dashboard's): 200 and its
+    JSON."""
+    async with httpx.AsyncClient(headers=system.dashboard_auth()) as http:
         reply = await http.get(f"http://127.0.0.1:{system.port('dashboard')}/api/overview", timeout=30)
     assert reply.status_code == 200, reply.text
     return reply.json()  # type: ignore[no-any-return]

@@ -26,11 +26,14 @@ from voltbus.schemas.rollouts import AttemptClaimed, AttemptMarkedUnresponsive, 
 from voltbus.schemas.workers import WorkerStatusReported
 from voltbus.services.coordinator.app import run as run_coordinator
 from voltbus.services.eventlog import Envelope
+from voltbus.services.lifecycle.authority import verifies
+from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.runner.heartbeat import Heartbeat
-from voltbus.services.settings import CoordinatorSettings, NatsSettings, Settings
+from voltbus.services.settings import CoordinatorSettings, NatsSettings, RunnerSettings, Settings
 from voltbus.store import Store, connect
 
 from ..conftest import start_server, wait_for
+from .test_bus_permissions import auth_dir, role_settings, secured_server  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = "tests.reliability.agents:echo_agent"  # sleeps task["sleep"] seconds: a long rollout, held until killed
@@ -59,6 +62,8 @@ def runner(nats: NatsSettings, log: Path, prefix: str, slots: int, busy_report_s
         "VOLTBUS_RUNNER__CLAIM_WAIT_S": "0.2",
         "VOLTBUS_RUNNER__BUSY_REPORT_S": str(busy_report_s),
     }
+    if nats.user:  # a bus with users: the runner's own
+        env |= {"VOLTBUS_NATS__USER": nats.user, "VOLTBUS_NATS__PASSWORD": nats.password or ""}
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "voltbus.services.runner", AGENT],
@@ -159,6 +164,36 @@ async def test_a_restarted_runner_settles_its_old_attempts_before_it_claims(
     [settled] = [e.seq for e in await events(store, plain) if isinstance(e.event, AttemptMarkedUnresponsive)]
     [claim] = [e.seq for e in await events(store, quick) if isinstance(e.event, AttemptClaimed)]
     assert settled < claim, "the restarted runner claimed new work before settling its old attempt"
+
+
+async def test_on_a_bus_with_users_the_restarted_runner_settles_with_its_kept_key(
+    secured_server: NatsServer,
+    auth_dir: Path,
+    tmp_path: Path,  # noqa: F811
+) -> None:
+    """Runners may not end others' attempts (the authority subject is closed to them), so a restarted runner ends
+    its previous process's attempt as its holder: the key of fixed worker ids is kept in a file (mode 0600)."""
+    learner = await connect(settings=role_settings(secured_server, auth_dir, "learner"))
+    try:
+        await learner.add_resources({"prompt": PromptTemplate(template="{sleep}", engine="f-string")})
+        plain = (await learner.enqueue_rollout(HOLD)).rollout_id
+        nats = role_settings(secured_server, auth_dir, "runner")
+        with runner(nats, tmp_path / "runner.log", "key", slots=1, busy_report_s=0):
+            [attempt] = (await wait_for(lambda: held(learner, [plain], "key"), 60, "the rollout running")).values()
+            await wait_for(lambda: worker_holds(learner, "key-0", attempt), 30, "the worker reported busy with it")
+        quick = (await learner.enqueue_rollout({"sleep": 0})).rollout_id
+        with runner(nats, tmp_path / "runner.log", "key", slots=1, busy_report_s=0):
+            await wait_for(lambda: statuses_are(learner, quick, [(1, "succeeded")], "succeeded"), 60, "new work done")
+        assert await statuses(learner, plain) == [(1, "unresponsive")]
+        stored = await events(learner, plain)
+        [claim] = [e.event for e in stored if isinstance(e.event, AttemptClaimed)]
+        [settled] = [e for e in stored if isinstance(e.event, AttemptMarkedUnresponsive)]
+        assert settled.subject == learner.topology.rollout_events(plain)  # its own subject, as the holder
+        assert claim.holder_key is not None and verifies(claim.holder_key, settled.event)
+        key = RunnerSettings().key_dir / nats.namespace / "key.key"  # the runner's default, under the tests' data home
+        assert key.stat().st_mode & 0o777 == 0o600
+    finally:
+        await learner.close()
 
 
 async def test_the_coordinator_ends_what_a_restarted_runner_cannot_name(

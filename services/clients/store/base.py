@@ -37,6 +37,10 @@ class StoreBase:
         """This client's signing key (in memory only): the attempts it claims only it may start, end or update."""
         self._decider = SigningDecider(self.holder)
 
+    def sign_as(self, holder: Holder) -> None:
+        """Claim and sign with ``holder`` from now on (a runner with fixed worker ids keeps its key in a file)."""
+        self.holder, self._decider = holder, SigningDecider(holder)
+
     async def _state(self, rollout_id: str) -> RolloutState:
         """A rollout's current state; UnknownRollout if it does not exist."""
         state, _ = await self.log.load(decider, rollout_id)

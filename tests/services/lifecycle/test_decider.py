@@ -46,7 +46,7 @@ from voltbus.schemas.rollouts import (
     RolloutStarted,
     RolloutUpdated,
 )
-from voltbus.services.lifecycle.decider import decide, evolve, initial_state, is_terminal
+from voltbus.services.lifecycle.decider import RULES, decide, evolve, initial_state, is_terminal
 from voltbus.services.lifecycle.state import AttemptState, RolloutState
 
 R = "ro-1"
@@ -168,7 +168,7 @@ def park() -> ParkRollout:
 
 def test_queue_creates_a_queued_rollout() -> None:
     assert decide(queue(), fold([])) == [
-        RolloutQueued(event_id=ANY, rollout_id=R, input=INPUT, mode="train", config=ONCE, queued_at=T0)
+        RolloutQueued(event_id=ANY, rollout_id=R, input=INPUT, mode="train", config=ONCE, queued_at=T0, rules=RULES)
     ]
 
 
@@ -179,7 +179,9 @@ def test_a_queued_rollout_waits_for_a_claim_of_its_queued_event() -> None:
 
 def test_start_creates_a_rollout_with_attempt_1_claimed() -> None:
     assert decide(start(), fold([])) == [
-        RolloutStarted(event_id=ANY, rollout_id=R, input=INPUT, config=ONCE, attempt_id="at-1", worker_id="w-1", at=T0)
+        RolloutStarted(
+            event_id=ANY, rollout_id=R, input=INPUT, config=ONCE, attempt_id="at-1", worker_id="w-1", at=T0, rules=RULES
+        )
     ]
 
 

@@ -3,7 +3,6 @@ checks the import contracts of pyproject.toml's [tool.importlinter] with import-
 
     .venv/bin/python .ci/structure.py            # the report (before/after figures of a redesign)
     .venv/bin/python .ci/structure.py contracts  # lint-imports over the whole import root; exit 1 if broken
-    .venv/bin/python .ci/structure.py target     # how far the import rules aimed at (.ci/contracts-target.toml) are
 
 The import root ``voltbus`` is assembled from several folders (pyproject's setuptools ``package-dir``:
 ``schemas/`` is ``voltbus.schemas`` …), which grimp and import-linter cannot follow in an editable
@@ -202,7 +201,4 @@ def contracts(config: Path = ROOT / "pyproject.toml") -> int:
 if __name__ == "__main__":
     if sys.argv[1:] == ["contracts"]:
         sys.exit(contracts())
-    if sys.argv[1:] == ["target"]:
-        contracts(ROOT / ".ci" / "contracts-target.toml")  # a report: the target does not hold yet
-        sys.exit(0)
     report()

@@ -7,7 +7,7 @@ their pure helpers: ``get_base_url``, ``with_attempted_rollout`` and ``PromptTem
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
@@ -21,9 +21,6 @@ SamplingValue = float | int | str | bool
 
 if TYPE_CHECKING:
     import jinja2
-
-    # Annotation only: the store's views are built on this contract, so nothing is imported at run time.
-    from voltbus.store.types import AttemptedRollout
 
 
 class WeightsRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,8 +88,11 @@ class ProxyLLM(LLM, frozen=True, kw_only=True, tag="proxy_llm", tag_field="resou
         prefix = f"{prefix.removesuffix('/v1')}/rollout/{rollout_id}/attempt/{attempt_id}"
         return f"{prefix}/v1" if has_v1 else prefix
 
-    def with_attempted_rollout(self, rollout: AttemptedRollout) -> LLM:
+    def with_attempted_rollout(self, rollout: Any) -> LLM:
         """A plain ``LLM`` whose endpoint is scoped to the rollout's current attempt.
+
+        ``rollout`` is the store's ``AttemptedRollout`` (the contract does not import the store, which is built on
+        it): only its ``rollout_id`` and ``attempt.attempt_id`` are read.
 
         >>> from types import SimpleNamespace as NS
         >>> proxy = ProxyLLM(endpoint="http://h:1/v1", model="m", api_key="k")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import voltbus
 
 AGENT_LIGHTNING_NAMES = {
@@ -33,3 +35,25 @@ def test_all_is_sorted_resolves_and_covers_agent_lightning() -> None:
     assert voltbus.__all__ == sorted(voltbus.__all__)
     assert [n for n in voltbus.__all__ if not hasattr(voltbus, n)] == []
     assert AGENT_LIGHTNING_NAMES - set(voltbus.__all__) == set()
+
+
+def test_the_sdk_facades_re_export_their_implementation() -> None:
+    import voltbus.agent
+    import voltbus.services.clients.store
+    import voltbus.store
+
+    for facade in (voltbus.agent, voltbus.store):
+        assert facade.__all__ == sorted(facade.__all__)
+        assert [n for n in facade.__all__ if not hasattr(facade, n)] == []
+    assert voltbus.store.__all__ == voltbus.services.clients.store.__all__
+    assert all(getattr(voltbus.store, n) is getattr(voltbus.services.clients.store, n) for n in voltbus.store.__all__)
+    assert set(voltbus.agent.__all__) <= set(voltbus.__all__)
+
+
+def test_the_model_facade_re_exports_its_implementation() -> None:
+    pytest.importorskip("torch")
+    import voltbus.model
+    import voltbus.services.clients.model as model
+
+    assert voltbus.model.__all__ == model.__all__
+    assert all(getattr(voltbus.model, n) is getattr(model, n) for n in model.__all__)

@@ -7,9 +7,13 @@ keep its names and meaning.
 
 from __future__ import annotations
 
-from voltbus.agent import semconv
-from voltbus.agent.decorators import FunctionalLitAgent, llm_rollout, prompt_rollout, rollout
-from voltbus.agent.emitters import (
+from voltbus.agent import (
+    DummyTracer,
+    FunctionalLitAgent,
+    LitAgent,
+    OperationContext,
+    SpanCore,
+    clear_active_tracer,
     emit_annotation,
     emit_exception,
     emit_message,
@@ -17,19 +21,17 @@ from voltbus.agent.emitters import (
     emit_reward,
     find_final_reward,
     find_reward_spans,
+    get_active_tracer,
     get_message_value,
     get_object_value,
     get_reward_value,
     get_rewards_from_span,
     is_reward_span,
-)
-from voltbus.agent.litagent import LitAgent
-from voltbus.agent.operations import OperationContext, operation
-from voltbus.agent.tracing import (
-    DummyTracer,
-    SpanCore,
-    clear_active_tracer,
-    get_active_tracer,
+    llm_rollout,
+    operation,
+    prompt_rollout,
+    rollout,
+    semconv,
     set_active_tracer,
 )
 from voltbus.schemas.resources import LLM, GenericResource, PromptTemplate, ProxyLLM

@@ -6,9 +6,9 @@ import asyncio
 import logging
 import time
 
+from voltbus.services.clients.store import connect
 from voltbus.services.restart import supervised
 from voltbus.services.settings import Settings
-from voltbus.store import connect
 
 from .handlers import catch_up, catch_up_spans, dead_letters, follow_control, follow_spans, timer
 from .liveness import Watch

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from nats.aio.msg import Msg
 
 from voltbus.schemas.errors import UnknownRollout, VoltbusError
+from voltbus.services.clients.store import Store
 from voltbus.services.eventlog import Envelope, unsubscribe
-from voltbus.store import Store
 
 from .liveness import Watch
 from .tracker import Tracker

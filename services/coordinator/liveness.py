@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import nats.errors
 
-from voltbus.store import Store
+from voltbus.services.clients.store import Store
 
 from .tracker import Due, Tracker
 

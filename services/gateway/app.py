@@ -28,10 +28,10 @@ from starlette.routing import Route
 
 from voltbus.schemas.errors import InvalidCommand
 from voltbus.services import loop
+from voltbus.services.clients.store import connect
 from voltbus.services.eventlog import unsubscribe
 from voltbus.services.serving import serve_until
 from voltbus.services.settings import Settings
-from voltbus.store import connect
 
 from . import admin, events, handlers
 from .attribution import Attribution

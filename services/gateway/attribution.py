@@ -25,7 +25,7 @@ from starlette.requests import Request
 
 from voltbus.schemas import is_token
 from voltbus.schemas.errors import InvalidId, UnknownRollout
-from voltbus.store import Store
+from voltbus.services.clients.store import Store
 
 from .errors import GatewayError
 

@@ -11,8 +11,8 @@ import msgspec
 from starlette.requests import Request
 
 from voltbus.schemas.errors import VoltbusError
+from voltbus.services.clients.store import Store
 from voltbus.services.settings import GatewaySettings
-from voltbus.store import Store
 
 from .attribution import Attribution
 from .errors import GatewayError

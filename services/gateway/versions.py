@@ -13,14 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-
-def engine_root(url: str) -> str:
-    """An engine's URL without a trailing ``/`` or ``/v1``: how versions name it.
-
-    >>> engine_root("http://e:8000/v1/"), engine_root("http://e:8000")
-    ('http://e:8000', 'http://e:8000')
-    """
-    return url.rstrip("/").removesuffix("/v1")
+from voltbus.services.urls import engine_root
 
 
 class ServedVersions:

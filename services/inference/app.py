@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from voltbus.model import load_model_dir
+from voltbus.services.clients.model import load_model_dir
 from voltbus.services.httpguard import guard
 from voltbus.services.serving import serve_until
 from voltbus.services.settings import Settings

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from voltbus.services.clients.store import connect
 from voltbus.services.settings import Settings
-from voltbus.store import connect
 
 from .backend import check_backend
 from .session import LearnerError, Session, new_run_id

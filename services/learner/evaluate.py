@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from voltbus.store import EnqueueRolloutRequest
+from voltbus.services.clients.store import EnqueueRolloutRequest
 
 from .session import LearnerError, Session
 

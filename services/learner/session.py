@@ -26,9 +26,9 @@ import pyarrow as pa
 from voltbus.schemas import derive_id
 from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.training import CheckpointSaved, RunFinished, RunStarted, StepCompleted, StepStarted
+from voltbus.services.clients.store import EnqueueRolloutRequest, Rollout, Store
 from voltbus.services.eventlog import Envelope
 from voltbus.services.settings import ProjectorSettings
-from voltbus.store import EnqueueRolloutRequest, Rollout, Store
 
 log = logging.getLogger(__name__)
 

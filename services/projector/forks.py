@@ -15,12 +15,9 @@ import sys
 import threading
 import weakref
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .reading import main
-
-if TYPE_CHECKING:
-    from .reader import Reader
 
 
 class Forks:
@@ -35,8 +32,9 @@ class Forks:
         self.lock = threading.Lock()
         self.control: socket.socket | None = None
         self.process: subprocess.Popen[bytes] | None = None
-        self.live: weakref.WeakSet[Reader] = weakref.WeakSet()
-        """Readers started and not yet closed (to see, or stop, their processes)."""
+        self.live: weakref.WeakSet[Any] = weakref.WeakSet()
+        """Readers (``reader.Reader``, which imports this module) started and not yet closed (to see, or stop,
+        their processes)."""
 
     def start(self) -> None:
         """Start the fork server now (about half a second) rather than at the first reader; once."""

@@ -15,15 +15,15 @@ from typing import Any
 
 import nats.errors
 
-from voltbus.agent.instrument import instrument_openai, uninstrument_openai
-from voltbus.agent.litagent import LitAgent
-from voltbus.agent.otel import LogTracer
-from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
 from voltbus.schemas.errors import VoltbusError
+from voltbus.services.clients.agent.instrument import instrument_openai, uninstrument_openai
+from voltbus.services.clients.agent.litagent import LitAgent
+from voltbus.services.clients.agent.otel import LogTracer
+from voltbus.services.clients.store import AttemptedRollout, Rollout, Store, connect
+from voltbus.services.clients.telemetry.tracing import clear_active_tracer, set_active_tracer
 from voltbus.services.keys import agent_key_for
 from voltbus.services.restart import stop_if_cancelled
 from voltbus.services.settings import RunnerSettings, Settings
-from voltbus.store import AttemptedRollout, Rollout, Store, connect
 
 from .dispatch import Dispatcher
 from .execute import run_rollout

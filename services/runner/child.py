@@ -9,9 +9,9 @@ import sys
 
 import msgspec
 
-from voltbus.agent.instrument import instrument_openai
-from voltbus.agent.otel import LogTracer
-from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
+from voltbus.services.clients.agent.instrument import instrument_openai
+from voltbus.services.clients.agent.otel import LogTracer
+from voltbus.services.clients.telemetry.tracing import clear_active_tracer, set_active_tracer
 from voltbus.services.log import configure_logging
 
 from .execute import run_rollout

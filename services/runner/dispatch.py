@@ -15,8 +15,8 @@ import nats.errors
 
 from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.rollouts import ErrorInfo
+from voltbus.services.clients.store import AttemptedRollout, Store
 from voltbus.services.restart import cancelled
-from voltbus.store import AttemptedRollout, Store
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from voltbus.agent.litagent import LitAgent
-from voltbus.agent.otel import LogTracer
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.schemas.resources import ProxyLLM
 from voltbus.schemas.rollouts import ErrorInfo
-from voltbus.store import AttemptedRollout, Store
+from voltbus.services.clients.agent.litagent import LitAgent
+from voltbus.services.clients.agent.otel import LogTracer
+from voltbus.services.clients.store import AttemptedRollout, Store
 
 from .results import record_result
 

@@ -21,8 +21,8 @@ import threading
 import time
 from typing import Any
 
+from voltbus.services.clients.store import connect
 from voltbus.services.settings import NatsSettings
-from voltbus.store import connect
 
 log = logging.getLogger(__name__)
 

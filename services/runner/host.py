@@ -23,8 +23,8 @@ import msgspec
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.schemas.resources import Resource
 from voltbus.schemas.rollouts import ErrorInfo
+from voltbus.services.clients.store import AttemptedRollout, Store
 from voltbus.services.frames import frame
-from voltbus.store import AttemptedRollout, Store
 
 from .execute import CANCELLED, MissingResources, error_info, resources_for, with_key
 from .isolate import as_user, child_environment, exit_reason

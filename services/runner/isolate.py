@@ -27,7 +27,7 @@ import msgspec
 from voltbus.schemas.errors import InvalidCommand
 from voltbus.schemas.resources import Resource
 from voltbus.schemas.rollouts import ErrorInfo
-from voltbus.store import AttemptedRollout, Store
+from voltbus.services.clients.store import AttemptedRollout, Store
 
 from .execute import CANCELLED, MissingResources, error_info, resources_for, with_key
 from .pipe import PipeServer, SpanLimits
@@ -92,7 +92,7 @@ def exit_reason(code: int) -> str:
 def agl_environment(gateway_url: str, rollout: AttemptedRollout, key: str | None) -> dict[str, str]:
     """Agent Lightning 1.0's agent variables for one attempt, pointing at the gateway.
 
-    >>> from voltbus.store import Attempt, AttemptedRollout
+    >>> from voltbus.services.clients.store import Attempt, AttemptedRollout
     >>> r = AttemptedRollout(rollout_id="ro-1", input=None, start_time=0, mode="val",
     ...     attempt=Attempt(rollout_id="ro-1", attempt_id="at-1", sequence_id=1, start_time=0))
     >>> agl_environment("http://gw:8766/", r, None)["AGL_OPENAI_BASE_URL"]

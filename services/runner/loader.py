@@ -10,9 +10,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from voltbus.agent.decorators import rollout
-from voltbus.agent.litagent import LitAgent
 from voltbus.schemas.errors import VoltbusError
+from voltbus.services.clients.agent.decorators import rollout
+from voltbus.services.clients.agent.litagent import LitAgent
 
 
 class AgentLoadError(VoltbusError):

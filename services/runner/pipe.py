@@ -26,8 +26,8 @@ import msgspec
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.schemas.rollouts import ErrorInfo
 from voltbus.schemas.spans import RewardReported, SpanRecorded
+from voltbus.services.clients.store import AttemptedRollout, Span, Store
 from voltbus.services.frames import Codec, FrameTooLarge, next_frame, receive
-from voltbus.store import AttemptedRollout, Span, Store
 
 log = logging.getLogger(__name__)
 

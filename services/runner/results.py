@@ -7,10 +7,10 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from voltbus.agent.emitters import emit_reward
-from voltbus.agent.tracing import SpanCore
-from voltbus.store import AttemptedRollout, Span, Store
-from voltbus.store.spans import span_from_otel
+from voltbus.services.clients.store import AttemptedRollout, Span, Store
+from voltbus.services.clients.store.spans import span_from_otel
+from voltbus.services.clients.telemetry.emitters import emit_reward
+from voltbus.services.clients.telemetry.tracing import SpanCore
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ import asyncio
 import logging
 
 from voltbus.schemas.errors import InvalidCommand, PermissionDenied
+from voltbus.services.clients.store import Store
+from voltbus.services.clients.store.base import new_id
 from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
-from voltbus.store import Store
-from voltbus.store.base import new_id
 
 from .heartbeat import host_stats
 

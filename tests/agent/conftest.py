@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from voltbus.agent.tracing import DummyTracer, SpanCore, clear_active_tracer, set_active_tracer
 from voltbus.schemas.base import Attributes
 from voltbus.schemas.spans import SpanStatus
+from voltbus.services.clients.telemetry.tracing import DummyTracer, SpanCore, clear_active_tracer, set_active_tracer
 
 
 class RecordingTracer:

@@ -13,8 +13,9 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from voltbus.agent import semconv
-from voltbus.agent.attributes import (
+from voltbus.services.clients.store.types import Span
+from voltbus.services.clients.telemetry import semconv
+from voltbus.services.clients.telemetry.attributes import (
     check_attributes_sanity,
     extract_links_from_attributes,
     extract_tags_from_attributes,
@@ -30,13 +31,23 @@ from voltbus.agent.attributes import (
     sanitize_attributes,
     unflatten_attributes,
 )
-from voltbus.agent.semconv import LinkMatch, LinkPydanticModel, RewardDimension, RewardPydanticModel
-from voltbus.agent.tracing import SpanCore
-from voltbus.store.types import Span
+from voltbus.services.clients.telemetry.semconv import (
+    LinkMatch,
+    LinkPydanticModel,
+    RewardDimension,
+    RewardPydanticModel,
+)
+from voltbus.services.clients.telemetry.tracing import SpanCore
 
 
 @pytest.mark.parametrize(
-    "name", ["voltbus.agent.semconv", "voltbus.agent.attributes", "voltbus.agent.emitters", "voltbus.agent.operations"]
+    "name",
+    [
+        "voltbus.services.clients.telemetry.semconv",
+        "voltbus.services.clients.telemetry.attributes",
+        "voltbus.services.clients.telemetry.emitters",
+        "voltbus.services.clients.telemetry.operations",
+    ],
 )
 def test_doctests(name: str) -> None:
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
@@ -111,7 +122,7 @@ def test_flatten_expands_lists_of_dicts_and_drops_empty_containers() -> None:
 
 @pytest.mark.parametrize("values", [[1, "two"], [1, 2.0, 3], [True, 1]])
 def test_flatten_expands_mixed_lists_with_a_warning(values: list[Any], caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="voltbus.agent.attributes")
+    caplog.set_level(logging.WARNING, logger="voltbus.services.clients.telemetry.attributes")
     assert flatten_attributes({"v": values}) == {f"v.{i}": v for i, v in enumerate(values)}
     assert "mixed primitive types" in caplog.text
 
@@ -204,7 +215,7 @@ def test_sanitize_keeps_primitives_and_normalises_lists() -> None:
 
 
 def test_sanitize_falls_back_to_json(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="voltbus.agent.attributes")
+    caplog.set_level(logging.WARNING, logger="voltbus.services.clients.telemetry.attributes")
     assert sanitize_attribute_value([1, "two"]) == json.dumps([1, "two"])
     assert "Failed to sanitize list attribute" in caplog.text
     assert sanitize_attribute_value(None) == "null"

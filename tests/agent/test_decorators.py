@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from voltbus.agent.decorators import FunctionalLitAgent, llm_rollout, prompt_rollout, rollout
-from voltbus.agent.litagent import LitAgent
 from voltbus.schemas.resources import LLM, GenericResource, PromptTemplate, ProxyLLM
-from voltbus.store.types import Attempt, AttemptedRollout, NamedResources, Rollout
+from voltbus.services.clients.agent.decorators import FunctionalLitAgent, llm_rollout, prompt_rollout, rollout
+from voltbus.services.clients.agent.litagent import LitAgent
+from voltbus.services.clients.store.types import Attempt, AttemptedRollout, NamedResources, Rollout
 
 ATTEMPTED = AttemptedRollout(
     rollout_id="ro-1",
@@ -132,11 +132,11 @@ def test_first_llm_in_dict_order_wins_with_a_warning(caplog: pytest.LogCaptureFi
     def agent(task: str, llm: LLM) -> LLM:
         return llm
 
-    with caplog.at_level(logging.WARNING, logger="voltbus.agent.decorators"):
+    with caplog.at_level(logging.WARNING, logger="voltbus.services.clients.agent.decorators"):
         assert agent.rollout("t", {"p": PROMPT, "first": MAIN, "second": PROXY}, ATTEMPTED) is MAIN
     assert "Multiple LLM resources found in resources. Using the first one: 'first'." in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="voltbus.agent.decorators"):
+    with caplog.at_level(logging.WARNING, logger="voltbus.services.clients.agent.decorators"):
         assert agent.rollout("t", {"first": PROXY, "second": MAIN}, PLAIN) is PROXY  # a ProxyLLM is an LLM
     assert "Using the first one: 'first'." in caplog.text
 
@@ -148,7 +148,7 @@ def test_first_prompt_template_wins_with_a_warning(caplog: pytest.LogCaptureFixt
     def agent(task: str, prompt_template: PromptTemplate) -> PromptTemplate:
         return prompt_template
 
-    with caplog.at_level(logging.WARNING, logger="voltbus.agent.decorators"):
+    with caplog.at_level(logging.WARNING, logger="voltbus.services.clients.agent.decorators"):
         assert agent.rollout("t", {"m": MAIN, "a": PROMPT, "b": second}, PLAIN) is PROMPT
     assert "Multiple prompt template resources found in resources. Using the first one: 'a'." in caplog.text
 

@@ -10,8 +10,10 @@ import msgspec
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
-from voltbus.agent.attributes import make_link_attributes, make_tag_attributes
-from voltbus.agent.emitters import (
+from voltbus.schemas.spans import SpanStatus
+from voltbus.services.clients.store.types import Span
+from voltbus.services.clients.telemetry.attributes import make_link_attributes, make_tag_attributes
+from voltbus.services.clients.telemetry.emitters import (
     emit_annotation,
     emit_exception,
     emit_message,
@@ -26,10 +28,8 @@ from voltbus.agent.emitters import (
     get_rewards_from_span,
     is_reward_span,
 )
-from voltbus.agent.semconv import RewardDimension
-from voltbus.agent.tracing import SpanCore
-from voltbus.schemas.spans import SpanStatus
-from voltbus.store.types import Span
+from voltbus.services.clients.telemetry.semconv import RewardDimension
+from voltbus.services.clients.telemetry.tracing import SpanCore
 
 from .conftest import RecordingTracer
 
@@ -194,14 +194,14 @@ def test_keys_that_only_share_the_prefix_text_are_not_rewards() -> None:
 
 @pytest.mark.parametrize("key", ["agentops.task.output", "agentops.entity.output"])
 def test_legacy_agentops_reward(key: str, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="voltbus.agent.emitters")
+    caplog.set_level(logging.WARNING, logger="voltbus.services.clients.telemetry.emitters")
     span = SpanCore(name="op", attributes={key: json.dumps({"type": "reward", "value": 0.9})})
     assert get_reward_value(span) == 0.9
     assert "AgentOps" in caplog.text
 
 
 def test_legacy_agentops_reward_variants(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.ERROR, logger="voltbus.agent.emitters")
+    caplog.set_level(logging.ERROR, logger="voltbus.services.clients.telemetry.emitters")
     as_dict = ReadableSpan(name="op", attributes={"agentops.task.output": '{"type": "reward", "value": null}'})
     assert get_reward_value(as_dict) is None
     integer = SpanCore(name="op", attributes={"agentops.task.output": '{"type": "reward", "value": 1}'})
@@ -223,7 +223,7 @@ def test_entity_output_is_read_when_task_output_is_not_a_reward() -> None:
 
 @pytest.mark.parametrize("name", ["agentlightning.annotation", "agentlightning.reward"])
 def test_legacy_v02_reward(name: str, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="voltbus.agent.emitters")
+    caplog.set_level(logging.WARNING, logger="voltbus.services.clients.telemetry.emitters")
     assert get_reward_value(SpanCore(name=name, attributes={"reward": 0.4})) == 0.4
     assert "legacy version of reward span" in caplog.text
 

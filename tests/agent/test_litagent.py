@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from voltbus.agent.litagent import LitAgent, is_v0_1_rollout_api
-from voltbus.agent.tracing import DummyTracer
-from voltbus.store.types import NamedResources, Rollout
+from voltbus.services.clients.agent.litagent import LitAgent, is_v0_1_rollout_api
+from voltbus.services.clients.store.types import NamedResources, Rollout
+from voltbus.services.clients.telemetry.tracing import DummyTracer
 
 ROLLOUT = Rollout(rollout_id="ro-1", input="task", start_time=0.0)
 

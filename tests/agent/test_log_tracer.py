@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from voltbus.agent.otel import LogTracer
 from voltbus.schemas.errors import PublishFailed
 from voltbus.schemas.spans import SpanBatch, SpanRecorded
+from voltbus.services.clients.agent.otel import LogTracer
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store, connect
 

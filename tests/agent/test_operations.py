@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from voltbus.agent.operations import OperationContext, operation
-from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
 from voltbus.schemas.spans import SpanStatus
+from voltbus.services.clients.telemetry.operations import OperationContext, operation
+from voltbus.services.clients.telemetry.tracing import clear_active_tracer, set_active_tracer
 
 from .conftest import RecordingTracer
 

@@ -7,7 +7,7 @@ import msgspec
 import pytest
 
 from voltbus.schemas.resources import LLM, PromptTemplate, ProxyLLM, Resource, WeightsRef
-from voltbus.store.types import Attempt, AttemptedRollout
+from voltbus.services.clients.store.types import Attempt, AttemptedRollout
 
 
 def attempted(rollout_id: str = "ro-1", attempt_id: str = "at-1") -> AttemptedRollout:

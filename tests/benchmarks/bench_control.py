@@ -66,13 +66,13 @@ from voltbus.schemas.commands import FinishAttempt, QueueRollout
 from voltbus.schemas.rollouts import AttemptClaimed, AttemptSucceeded
 from voltbus.schemas.subjects import Topology
 from voltbus.schemas.workers import WorkerStatusReported
+from voltbus.services.clients.store.base import new_id
+from voltbus.services.clients.store.views import to_json
 from voltbus.services.eventlog.append import EXPECTED_SUBJECT
 from voltbus.services.lifecycle import decider
 from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.settings import BusSettings, NatsSettings
 from voltbus.store import EnqueueRolloutRequest, Store, connect
-from voltbus.store.base import new_id
-from voltbus.store.views import to_json
 
 ENQUEUE_CHUNK = 500
 """Rollouts per enqueue_many_rollouts call when filling a queue (untimed)."""

@@ -63,7 +63,7 @@ from tests.benchmarks.bench_eventlog import (
     table,
     write_csv,
 )
-from voltbus.agent.tracing import DummyTracer, clear_active_tracer, set_active_tracer
+from voltbus.agent import DummyTracer, clear_active_tracer, set_active_tracer
 from voltbus.schemas.resources import LLM
 from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.projector.follow import project

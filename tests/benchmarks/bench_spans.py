@@ -19,12 +19,12 @@ from typing import Any
 
 from tests.benchmarks import store_agent
 from tests.benchmarks.bench_eventlog import Figure, Run, summarize, table
-from voltbus.agent.otel import LogTracer
-from voltbus.agent.tracing import clear_active_tracer, set_active_tracer
 from voltbus.schemas import codec
 from voltbus.schemas.resources import LLM
+from voltbus.services.clients.agent.otel import LogTracer
+from voltbus.services.clients.store.spans import events_of, span_from_otel
+from voltbus.services.clients.telemetry.tracing import clear_active_tracer, set_active_tracer
 from voltbus.services.settings import NatsSettings
-from voltbus.store.spans import events_of, span_from_otel
 
 LIMITS = NatsSettings()
 

@@ -7,12 +7,12 @@ import random
 
 import torch
 
-import voltbus.model.sft
+import voltbus.services.clients.model.sft
 from voltbus.model import build_tiny_model, build_tokenizer, segments_batch, train_on_samples
 
 
 def test_doctests() -> None:
-    assert doctest.testmod(voltbus.model.sft).failed == 0
+    assert doctest.testmod(voltbus.services.clients.model.sft).failed == 0
 
 
 def test_labels_cover_trained_segments_and_eos_only() -> None:

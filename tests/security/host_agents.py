@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 import voltbus as agl
-from voltbus.agent.tracing import get_active_tracer
+from voltbus.agent import get_active_tracer
 from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.spans import SpanRecorded
 from voltbus.services.frames import frame

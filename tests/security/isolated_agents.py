@@ -13,7 +13,7 @@ import msgspec
 import nats
 
 import voltbus as agl
-from voltbus.agent.tracing import get_active_tracer
+from voltbus.agent import get_active_tracer
 from voltbus.services.frames import frame
 from voltbus.services.runner.pipe import MAX_FRAME
 

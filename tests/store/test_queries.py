@@ -16,10 +16,10 @@ import pytest
 
 from voltbus.schemas.errors import InvalidCommand
 from voltbus.schemas.resources import PromptTemplate
+from voltbus.services.clients.store.queries import SORTABLE, ProjectorUnavailable
 from voltbus.services.projector.app import run
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import AttemptedRollout, EnqueueRolloutRequest, Span, Store, connect
-from voltbus.store.queries import SORTABLE, ProjectorUnavailable
 
 from ..conftest import free_port
 

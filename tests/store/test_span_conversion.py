@@ -12,10 +12,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 from tests.agent.test_emitters import store_span
-from voltbus.agent.emitters import get_rewards_from_span
+from voltbus.services.clients.store.limits import MAX_KEY, clip_span, clipped, fits
+from voltbus.services.clients.store.spans import reward_event, span_from_otel
+from voltbus.services.clients.telemetry.emitters import get_rewards_from_span
 from voltbus.store import Span
-from voltbus.store.limits import MAX_KEY, clip_span, clipped, fits
-from voltbus.store.spans import reward_event, span_from_otel
 
 VALUES = st.one_of(
     st.text(max_size=120),

@@ -10,9 +10,9 @@ import pytest
 from tests.conftest import start_server, wait_for
 from voltbus.schemas.errors import InvalidCommand
 from voltbus.schemas.resources import PromptTemplate
+from voltbus.services.clients.store.resources import LATEST_RECHECK_S
 from voltbus.services.settings import NatsSettings
 from voltbus.store import Store, connect
-from voltbus.store.resources import LATEST_RECHECK_S
 
 
 async def test_dequeue_for_workers_claims_fifo_one_each(store: Store) -> None:

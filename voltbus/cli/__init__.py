@@ -7,11 +7,9 @@ The commands live in the modules beside this one (none imports this one); here t
 
 from __future__ import annotations
 
-import sys
-
 import typer
 
-from voltbus.schemas.errors import VoltbusError
+from voltbus.services.log import one_line_errors
 
 from . import apo, backup, bus, data, learn, ops, serve
 
@@ -62,10 +60,5 @@ app.command("apo")(apo.apo_command)
 
 def main() -> None:
     """Console entry point: run the app, turning voltbus errors into one line and exit code 1."""
-    try:
+    with one_line_errors():
         app()
-    except VoltbusError as exc:
-        typer.echo(f"voltbus: error: {exc}", err=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)

@@ -1,10 +1,13 @@
-"""The store client: Agent Lightning's LightningStore API over voltbus's event log."""
+"""The store client: Agent Lightning's LightningStore API over voltbus's event log.
+
+A façade: the implementation is ``voltbus.services.clients.store``.
+"""
 
 from __future__ import annotations
 
-from .client import Store, connect
-from .spans import span_from_otel
-from .types import (
+from voltbus.services.clients.store.client import Store, connect
+from voltbus.services.clients.store.spans import span_from_otel
+from voltbus.services.clients.store.types import (
     Attempt,
     AttemptedRollout,
     EnqueueRolloutRequest,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from voltbus.services.learner.backend import check_backend
 from voltbus.services.learner.evaluate import evaluate
@@ -18,8 +18,15 @@ from voltbus.store import connect
 
 from .system import local_system
 
-if TYPE_CHECKING:
-    from . import Trainer
+
+class TrainerView(Protocol):
+    """What an algorithm's ``fit`` reads of the ``voltbus.trainer.Trainer`` that runs it (which imports the
+    algorithms, so they do not import it)."""
+
+    n_runners: int
+    initial_resources: dict[str, Any]
+    settings: Settings
+    say: Callable[[str], None]
 
 
 @asynccontextmanager
@@ -46,7 +53,7 @@ class GRPO:
         check_backend(LearnerSettings(**self.overrides))  # a bad setting, or verl missing, fails here
         self.result: dict[str, Any] = {}
 
-    async def fit(self, trainer: Trainer, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
+    async def fit(self, trainer: TrainerView, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
         """Train; evaluate on ``val`` before and after when given; returns the run id and the evaluations."""
         from voltbus.services.learner.grpo.loop import GRPO as Loop  # torch is needed from here on
 
@@ -77,7 +84,7 @@ class GRPO:
 class Baseline:
     """Run the tasks once with fixed resources (``Trainer(initial_resources=...)``); returns the mean reward."""
 
-    async def fit(self, trainer: Trainer, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
+    async def fit(self, trainer: TrainerView, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
         """Evaluate ``train`` (and ``val``) with the trainer's initial resources."""
         async with (
             bus(trainer.settings, trainer.say) as settings,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from voltbus.schemas.resources import LLM, PromptTemplate
 from voltbus.services.learner.apo.critic import Critic
@@ -24,11 +24,8 @@ from voltbus.services.learner.session import Session, new_run_id
 from voltbus.services.settings import Settings
 from voltbus.store import connect
 
-from .algorithms import bus
+from .algorithms import TrainerView, bus
 from .system import local_system
-
-if TYPE_CHECKING:
-    from . import Trainer
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -55,7 +52,7 @@ class APO(SearchSettings):
         endpoint = self.critic or os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
         return LLM(endpoint=endpoint, model=self.model, api_key=os.environ.get("OPENAI_API_KEY"))
 
-    async def fit(self, trainer: Trainer, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
+    async def fit(self, trainer: TrainerView, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
         """Search; returns the best template, its published version, the seed's and the best's full-val reward."""
         seed = self.check(trainer.initial_resources, train, val)  # before the system starts
         async with (

@@ -20,7 +20,7 @@ from statistics import fmean
 from typing import Any
 
 from voltbus.schemas.resources import PromptTemplate
-from voltbus.store import EnqueueRolloutRequest
+from voltbus.services.clients.store import EnqueueRolloutRequest
 
 from ..session import History, LearnerError, Session
 from .critic import Critic

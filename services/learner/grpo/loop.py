@@ -22,12 +22,12 @@ from typing import Any
 
 import httpx
 
-from voltbus.model import weights_sha256
 from voltbus.schemas.resources import ProxyLLM, WeightsRef
 from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.schemas.training import StepStarted
+from voltbus.services.clients.model import weights_sha256
+from voltbus.services.clients.store import EnqueueRolloutRequest
 from voltbus.services.settings import LearnerSettings
-from voltbus.store import EnqueueRolloutRequest
 
 from .. import checkpoints
 from ..backend import check_backend, load_actor

@@ -23,8 +23,8 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
+from voltbus.services.clients.store import connect
 from voltbus.services.settings import Settings
-from voltbus.store import connect
 
 from ..backend import check_backend, load_actor
 from ..session import LearnerError, Session, new_run_id

@@ -17,7 +17,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from voltbus.model import load_model_dir, save_model_dir, weights_sha256
+from voltbus.services.clients.model import load_model_dir, save_model_dir, weights_sha256
 from voltbus.services.settings import LearnerSettings
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from voltbus.model import weights_sha256
+from voltbus.services.clients.model import weights_sha256
 from voltbus.services.settings import LearnerSettings
 
 from ..grpo.objective import Row, token_weights

@@ -37,8 +37,8 @@ from typing import Any
 import httpx
 
 from voltbus.schemas.errors import VoltbusError
-from voltbus.services.gateway.versions import engine_root
 from voltbus.services.settings import LearnerSettings
+from voltbus.services.urls import engine_root
 
 log = logging.getLogger(__name__)
 

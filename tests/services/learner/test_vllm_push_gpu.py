@@ -22,8 +22,8 @@ from tests.conftest import wait_until
 from tests.services.gateway.conftest import model_calls
 from tests.services.gateway.stub_llm import serve
 from voltbus.model import load_model_dir, sequence_logprobs
-from voltbus.model.tiny import build_tiny_model, save_model_dir
-from voltbus.model.tokenizer import build_tokenizer
+from voltbus.services.clients.model.tiny import build_tiny_model, save_model_dir
+from voltbus.services.clients.model.tokenizer import build_tokenizer
 from voltbus.services.eventlog import EventLog
 from voltbus.services.gateway import build_app
 from voltbus.services.learner.vllm.push import push

@@ -1,7 +1,7 @@
 """Emitters an agent calls to record annotations, rewards, messages, objects and exceptions as spans.
 
 Same API and attributes as Agent Lightning 0.3's ``agentlightning/emitter``, plus the readers that get values back.
-``operation`` lives in :mod:`voltbus.agent.operations`.
+``operation`` lives in :mod:`voltbus.services.clients.telemetry.operations`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from typing import Any, cast
 
 import msgspec
 
-from voltbus.agent.attributes import (
+from voltbus.schemas.base import Attributes
+from voltbus.schemas.spans import SpanStatus
+from voltbus.services.clients.telemetry.attributes import (
     SpanLike,
     SpanT,
     check_attributes_sanity,
@@ -25,7 +27,7 @@ from voltbus.agent.attributes import (
     full_qualified_name,
     sanitize_attributes,
 )
-from voltbus.agent.semconv import (
+from voltbus.services.clients.telemetry.semconv import (
     AGL_ANNOTATION,
     AGL_EXCEPTION,
     AGL_MESSAGE,
@@ -34,9 +36,7 @@ from voltbus.agent.semconv import (
     LightningSpanAttributes,
     RewardDimension,
 )
-from voltbus.agent.tracing import DummyTracer, SpanCore, Tracer, get_active_tracer
-from voltbus.schemas.base import Attributes
-from voltbus.schemas.spans import SpanStatus
+from voltbus.services.clients.telemetry.tracing import DummyTracer, SpanCore, Tracer, get_active_tracer
 
 logger = logging.getLogger(__name__)
 

@@ -14,12 +14,16 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, cast, overload
 
-from voltbus.agent.attributes import flatten_attributes, format_exception_attributes, sanitize_attributes
-from voltbus.agent.emitters import resolve_tracer
-from voltbus.agent.semconv import AGL_OPERATION, LightningSpanAttributes
-from voltbus.agent.tracing import SpanCore, Tracer
 from voltbus.schemas.base import Attributes
 from voltbus.schemas.spans import SpanStatus
+from voltbus.services.clients.telemetry.attributes import (
+    flatten_attributes,
+    format_exception_attributes,
+    sanitize_attributes,
+)
+from voltbus.services.clients.telemetry.emitters import resolve_tracer
+from voltbus.services.clients.telemetry.semconv import AGL_OPERATION, LightningSpanAttributes
+from voltbus.services.clients.telemetry.tracing import SpanCore, Tracer
 
 _FnT = TypeVar("_FnT", bound=Callable[..., Any])
 _NAME = LightningSpanAttributes.OPERATION_NAME.value

@@ -14,9 +14,9 @@ from typing import Any, Protocol, TypeVar, cast
 import msgspec
 from opentelemetry.sdk.trace import ReadableSpan
 
-from voltbus.agent import semconv
-from voltbus.agent.semconv import LightningSpanAttributes, LinkAttributes, LinkMatch
 from voltbus.schemas.base import Attributes, AttributeValue
+from voltbus.services.clients.telemetry import semconv
+from voltbus.services.clients.telemetry.semconv import LightningSpanAttributes, LinkAttributes, LinkMatch
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def full_qualified_name(obj: type[Any]) -> str:
     """``module.QualName`` of a type; a bare name for builtins.
 
     >>> full_qualified_name(dict), full_qualified_name(LinkMatch)
-    ('dict', 'voltbus.agent.semconv.LinkMatch')
+    ('dict', 'voltbus.services.clients.telemetry.semconv.LinkMatch')
     """
     if str(obj.__module__) == "builtins":
         return obj.__qualname__
@@ -270,7 +270,7 @@ def _matches(span: SpanLike, link: LinkMatch) -> bool:
 def query_linked_spans(spans: Sequence[SpanT], links: Sequence[LinkMatch]) -> list[SpanT]:
     """The spans matching every link exactly (``trace_id`` and ``span_id`` match the span's own ids).
 
-    >>> from voltbus.agent.tracing import SpanCore
+    >>> from voltbus.services.clients.telemetry.tracing import SpanCore
     >>> spans = [SpanCore(name="a", attributes={"k": "1"}), SpanCore(name="b", attributes={"k": "2"})]
     >>> [s.name for s in query_linked_spans(spans, [LinkMatch(key_match="k", value_match="2")])]
     ['b']

@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from voltbus.agent.emitters import get_rewards_from_span  # the reward reading rules live with the emitters
 from voltbus.schemas.base import derive_id
 from voltbus.schemas.commands import MarkAttemptRunning
 from voltbus.schemas.errors import UnknownAttempt
 from voltbus.schemas.spans import RewardReported, SpanEventInfo, SpanRecorded, SpanStatus
+from voltbus.services.clients.telemetry.emitters import (
+    get_rewards_from_span,  # the reward reading rules live with the emitters
+)
 from voltbus.services.settings import NatsSettings
 
 from .base import StoreBase

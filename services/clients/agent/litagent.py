@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from voltbus.agent.tracing import Tracer
-    from voltbus.store.types import NamedResources, Rollout
+    from voltbus.services.clients.store.types import NamedResources, Rollout
+    from voltbus.services.clients.telemetry.tracing import Tracer
 
 T = TypeVar("T")
 

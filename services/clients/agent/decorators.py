@@ -12,9 +12,9 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-from voltbus.agent.litagent import LitAgent, RolloutRawResult
 from voltbus.schemas.resources import LLM, PromptTemplate, ProxyLLM
-from voltbus.store.types import AttemptedRollout, NamedResources, Rollout
+from voltbus.services.clients.agent.litagent import LitAgent, RolloutRawResult
+from voltbus.services.clients.store.types import AttemptedRollout, NamedResources, Rollout
 
 T = TypeVar("T")
 

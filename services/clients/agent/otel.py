@@ -25,10 +25,9 @@ from opentelemetry.trace import Status, StatusCode
 from voltbus.schemas.base import Attributes
 from voltbus.schemas.errors import VoltbusError
 from voltbus.schemas.spans import RewardReported, SpanRecorded, SpanStatus
-from voltbus.store import Span
-from voltbus.store.spans import events_of, span_from_otel
-
-from .tracing import SpanCore
+from voltbus.services.clients.store import Span
+from voltbus.services.clients.store.spans import events_of, span_from_otel
+from voltbus.services.clients.telemetry.tracing import SpanCore
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,316 @@
+"""Store queries (Agent Lightning's ``query_*``): SQL on the projection, through the running projector.
+
+Every query first waits until the projector has applied everything this client wrote, so a caller
+sees its own writes; past ``NatsSettings.query_timeout_s`` it fails with ProjectorUnavailable.
+Filters combine with ``filter_logic`` "and" / "or"; with "or" and no filter every row matches
+(Agent Lightning returns nothing there, a quirk voltbus does not copy). docs/store-queries.md.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import msgspec
+
+from voltbus.projections.blocks import SQL_DIR, parse
+from voltbus.projections.ipc import from_ipc
+from voltbus.schemas.errors import InvalidCommand, VoltbusError
+from voltbus.schemas.resources import Resource
+from voltbus.schemas.spans import SpanEventInfo, SpanStatus
+from voltbus.services.lifecycle import RolloutState
+
+from .base import StoreBase
+from .types import Attempt, PaginatedResult, ResourcesUpdate, Rollout, Span, Worker
+from .views import rollout_view
+
+_QUERIES = {b.name: b.sql for b in parse((SQL_DIR / "queries" / "store.sql").read_text(), "store.sql")}
+_state = msgspec.json.Decoder(RolloutState)
+_resources = msgspec.json.Decoder(dict[str, Resource])
+
+SORTABLE = {  # the scalar fields of each record (Agent Lightning's names), plus attempt_count and seq
+    "query_rollouts": ("rollout_id", "status", "mode", "resources_id", "start_time", "end_time", "attempt_count"),
+    "query_attempts": (
+        "rollout_id",
+        "attempt_id",
+        "sequence_id",
+        "status",
+        "worker_id",
+        "start_time",
+        "end_time",
+        "last_heartbeat_time",
+    ),
+    "query_spans": (
+        "rollout_id",
+        "attempt_id",
+        "sequence_id",
+        "trace_id",
+        "span_id",
+        "parent_id",
+        "name",
+        "start_time",
+        "end_time",
+        "seq",
+    ),
+    "query_resources": ("resources_id", "version", "create_time", "update_time"),
+    "query_workers": (
+        "worker_id",
+        "status",
+        "last_heartbeat_time",
+        "last_dequeue_time",
+        "last_busy_time",
+        "last_idle_time",
+        "current_rollout_id",
+        "current_attempt_id",
+    ),
+}
+DEFAULT_ORDER = {
+    "query_rollouts": "start_time",
+    "query_attempts": "sequence_id",
+    "query_spans": "sequence_id",
+    "query_resources": "create_time",
+    "query_workers": "worker_id",
+}
+TIEBREAK = {
+    "query_rollouts": "rollout_id",
+    "query_attempts": "attempt_id",
+    "query_spans": "seq, seq_index",
+    "query_resources": "resources_id",
+    "query_workers": "worker_id",
+}
+
+
+class ProjectorUnavailable(VoltbusError):
+    """The projector that serves queries did not answer, or had not applied this client's writes in time."""
+
+
+def order_clause(query: str, sort_by: str | None, sort_order: str) -> str:
+    """A whitelisted ORDER BY body (identifiers cannot be bound as parameters).
+
+    >>> order_clause("query_rollouts", "end_time", "desc")
+    'end_time DESC NULLS LAST, rollout_id'
+    """
+    field = sort_by or DEFAULT_ORDER[query]
+    if field not in SORTABLE[query]:
+        raise InvalidCommand(f"cannot sort by {field!r}: choose one of {', '.join(SORTABLE[query])}")
+    if sort_order not in ("asc", "desc"):
+        raise InvalidCommand(f"sort_order must be 'asc' or 'desc', not {sort_order!r}")
+    return f"{field} {sort_order.upper()} NULLS LAST, {TIEBREAK[query]}"
+
+
+def _filters(logic: str, **given: Any) -> dict[str, Any]:
+    """Bound parameters for optional filters: each value plus a ``use_`` flag, and the logic."""
+    if logic not in ("and", "or"):
+        raise InvalidCommand(f"filter_logic must be 'and' or 'or', not {logic!r}")
+    params: dict[str, Any] = {"logic": logic, "no_filter": all(v is None for v in given.values())}
+    for name, value in given.items():
+        params[f"use_{name}"] = value is not None
+        params[name] = value if value is not None else ([] if name.endswith("_in") else "")
+    return params
+
+
+class QueryMethods(StoreBase):
+    """Agent Lightning's query_* methods over the projection."""
+
+    projector_url: str = "http://127.0.0.1:8765"
+    projector_token: str | None = None
+
+    async def _query(
+        self, name: str, order: str, params: dict[str, Any], limit: int, offset: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        sql = _QUERIES[name].replace("{order}", order)
+        params = {**params, "limit": None if limit < 0 else limit, "offset": max(offset, 0)}
+        deadline = self.settings.query_timeout_s
+        written = {s: n for s, n in self.log.written.items() if n}  # naming spans also waits for held training rows
+        body = {"sql": sql, "params": params, "min_seq": written, "timeout": deadline}
+        url = self.projector_url.rstrip("/") + "/sql"
+        try:
+            async with httpx.AsyncClient() as client:
+                headers = {"Authorization": f"Bearer {self.projector_token}"} if self.projector_token else None
+                response = await client.post(url, json=body, headers=headers, timeout=deadline + 30)  # + the SQL
+        except httpx.TransportError as exc:
+            raise ProjectorUnavailable(f"no projector answers at {url} ({exc}): start `voltbus projector`") from None
+        if response.status_code == 504:
+            raise ProjectorUnavailable(self._behind(url, response.json().get("error", "")))
+        if response.status_code != 200:
+            raise InvalidCommand(response.json().get("error", response.text))
+        rows = from_ipc(response.content).to_pylist()
+        total = int(rows[0]["total"]) if rows else 0
+        return [r for r in rows if r.get("page_position") is not None], total
+
+    def _behind(self, url: str, error: str) -> str:
+        """Why a query gave up waiting for this client's writes to reach the projection."""
+        return (
+            f"the projector at {url} did not apply this client's writes within {self.settings.query_timeout_s:g} s"
+            f" ({error}): is it running, caught up, and following namespace {self.settings.namespace!r}?"
+        )
+
+    async def query_rollouts(
+        self,
+        *,
+        status_in: list[str] | None = None,
+        rollout_id_in: list[str] | None = None,
+        rollout_id_contains: str | None = None,
+        filter_logic: str = "and",
+        sort_by: str | None = None,
+        sort_order: str = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Rollout]:
+        """Rollouts (with their latest attempt) matching the filters, one page."""
+        params = _filters(
+            filter_logic, status_in=status_in, rollout_id_in=rollout_id_in, rollout_id_contains=rollout_id_contains
+        )
+        rows, total = await self._query(
+            "query_rollouts", order_clause("query_rollouts", sort_by, sort_order), params, limit, offset
+        )
+        items = [rollout_view(_state.decode(r["state"])) for r in rows]
+        return PaginatedResult(items=items, limit=limit, offset=offset, total=total)
+
+    async def query_attempts(
+        self,
+        rollout_id: str,
+        *,
+        sort_by: str = "sequence_id",
+        sort_order: str = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Attempt]:
+        """Attempts of a rollout, one page (an unknown rollout gives an empty page)."""
+        order = order_clause("query_attempts", sort_by, sort_order)
+        rows, total = await self._query("query_attempts", order, {"rollout_id": rollout_id}, limit, offset)
+        items = [
+            Attempt(
+                rollout_id=r["rollout_id"],
+                attempt_id=r["attempt_id"],
+                sequence_id=r["sequence_id"],
+                start_time=r["start_time"],
+                end_time=r["end_time"],
+                status=r["status"],
+                worker_id=r["worker_id"],
+                last_heartbeat_time=r["last_heartbeat_time"],
+                metadata=json.loads(r["metadata"] or "{}"),
+                error={"type": r["error_type"], "message": r["error_message"]} if r["error_type"] else None,
+            )
+            for r in rows
+        ]
+        return PaginatedResult(items=items, limit=limit, offset=offset, total=total)
+
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: str | None = None,
+        *,
+        trace_id: str | None = None,
+        trace_id_contains: str | None = None,
+        span_id: str | None = None,
+        span_id_contains: str | None = None,
+        parent_id: str | None = None,
+        parent_id_contains: str | None = None,
+        name: str | None = None,
+        name_contains: str | None = None,
+        filter_logic: str = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: str = "sequence_id",
+        sort_order: str = "asc",
+    ) -> PaginatedResult[Span]:
+        """Spans of a rollout (attempt None: all, "latest", or one id) matching the filters, one page."""
+        params = _filters(
+            filter_logic,
+            trace_id=trace_id,
+            trace_id_contains=trace_id_contains,
+            span_id=span_id,
+            span_id_contains=span_id_contains,
+            parent_id=parent_id,
+            parent_id_contains=parent_id_contains,
+            name=name,
+            name_contains=name_contains,
+        )
+        scope = "all" if attempt_id is None else "latest" if attempt_id == "latest" else "one"
+        params |= {"rollout_id": rollout_id, "attempt_scope": scope, "attempt_id": attempt_id or ""}
+        rows, total = await self._query(
+            "query_spans", order_clause("query_spans", sort_by, sort_order), params, limit, offset
+        )
+        items = [
+            Span(
+                rollout_id=r["rollout_id"],
+                attempt_id=r["attempt_id"],
+                sequence_id=r["sequence_id"],
+                trace_id=r["trace_id"],
+                span_id=r["span_id"],
+                parent_id=r["parent_id"],
+                name=r["name"],
+                status=SpanStatus(status_code=r["status_code"], description=r["status_description"]),
+                attributes=json.loads(r["attributes"] or "{}"),
+                events=msgspec.json.decode(r["events"] or "[]", type=list[SpanEventInfo]),
+                start_time=r["start_time"],
+                end_time=r["end_time"],
+                resource_attributes=json.loads(r["resource_attributes"] or "{}"),
+            )
+            for r in rows
+        ]
+        return PaginatedResult(items=items, limit=limit, offset=offset, total=total)
+
+    async def query_resources(
+        self,
+        *,
+        resources_id: str | None = None,
+        resources_id_contains: str | None = None,
+        sort_by: str | None = None,
+        sort_order: str = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[ResourcesUpdate]:
+        """Resources bundles (newest version of each) matching the id filters, one page."""
+        params = {
+            "use_id": resources_id is not None,
+            "resources_id": resources_id or "",
+            "use_contains": resources_id_contains is not None,
+            "resources_id_contains": resources_id_contains or "",
+        }
+        order = order_clause("query_resources", sort_by, sort_order)
+        rows, total = await self._query("query_resources", order, params, limit, offset)
+        items = [
+            ResourcesUpdate(
+                resources_id=r["resources_id"],
+                create_time=r["create_time"],
+                update_time=r["update_time"],
+                version=r["version"],
+                resources=_resources.decode(r["resources"]),
+            )
+            for r in rows
+        ]
+        return PaginatedResult(items=items, limit=limit, offset=offset, total=total)
+
+    async def query_workers(
+        self,
+        *,
+        status_in: list[str] | None = None,
+        worker_id_contains: str | None = None,
+        filter_logic: str = "and",
+        sort_by: str | None = None,
+        sort_order: str = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Worker]:
+        """Workers matching the status/id filters, one page."""
+        params = _filters(filter_logic, status_in=status_in, worker_id_contains=worker_id_contains)
+        order = order_clause("query_workers", sort_by, sort_order)
+        rows, total = await self._query("query_workers", order, params, limit, offset)
+        items = [
+            Worker(
+                worker_id=r["worker_id"],
+                status=r["status"],
+                heartbeat_stats=json.loads(r["heartbeat_stats"]) if r["heartbeat_stats"] else None,
+                last_heartbeat_time=r["last_heartbeat_time"],
+                last_dequeue_time=r["last_dequeue_time"],
+                last_busy_time=r["last_busy_time"],
+                last_idle_time=r["last_idle_time"],
+                current_rollout_id=r["current_rollout_id"],
+                current_attempt_id=r["current_attempt_id"],
+            )
+            for r in rows
+        ]
+        return PaginatedResult(items=items, limit=limit, offset=offset, total=total)

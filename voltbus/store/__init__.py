@@ -1,37 +1,9 @@
 """The store client: Agent Lightning's LightningStore API over voltbus's event log.
 
-A façade: the implementation is ``voltbus.services.clients.store``.
+A façade: the implementation, and the list of public names (``__all__``), is ``voltbus.services.clients.store``.
 """
 
 from __future__ import annotations
 
-from voltbus.services.clients.store.client import Store, connect
-from voltbus.services.clients.store.spans import span_from_otel
-from voltbus.services.clients.store.types import (
-    Attempt,
-    AttemptedRollout,
-    EnqueueRolloutRequest,
-    NamedResources,
-    PaginatedResult,
-    ResourcesUpdate,
-    Rollout,
-    Span,
-    Triplet,
-    Worker,
-)
-
-__all__ = [
-    "Attempt",
-    "AttemptedRollout",
-    "EnqueueRolloutRequest",
-    "NamedResources",
-    "PaginatedResult",
-    "ResourcesUpdate",
-    "Rollout",
-    "Span",
-    "Store",
-    "Triplet",
-    "Worker",
-    "connect",
-    "span_from_otel",
-]
+from voltbus.services.clients.store import *  # noqa: F403 - the façade re-exports the client's public names
+from voltbus.services.clients.store import __all__  # noqa: F401

@@ -131,3 +131,13 @@ async def test_bench_sql() -> None:
     figures = await bench_sql.run(attempts=5_000, queries=100, reps=1)
     assert {f.case for f in figures} == {"checked_point", "endpoint_point", "checked_group", "endpoint_group"}
     assert all(f.rate > 0 and f.raw_rate > 0 for f in figures)
+
+
+@pytest.mark.timeout(600)
+async def test_bench_store_queries() -> None:
+    """The caller's CPU per query_rollouts next to a new HTTP client per query: prints the table."""
+    from tests.benchmarks import bench_store_queries
+
+    medians = await bench_store_queries.main(30)
+    assert set(medians) == {"query_rollouts", "a new client per query"}
+    assert all(cpu > 0 and wall > 0 for cpu, wall in medians.values())

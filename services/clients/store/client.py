@@ -43,6 +43,7 @@ class Store(RolloutMethods, DispatchMethods, SpanMethods, ResourceMethods, Worke
             await unsubscribe(self._dispatch_sub)
         if self._latest_watch is not None:
             await unsubscribe(self._latest_watch)
+        await self._close_http()
         await self.log.close()
 
     async def __aenter__(self) -> Store:

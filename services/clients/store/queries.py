@@ -115,6 +115,19 @@ class QueryMethods(StoreBase):
 
     projector_url: str = "http://127.0.0.1:8765"
     projector_token: str | None = None
+    _http_client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        """The client's one HTTP connection pool to the projector, made at the first query (a new client per query
+        cost ~25 ms of CPU: its TLS context; see BENCHMARKS.md, "Store queries"); closed with the store."""
+        if self._http_client is None:
+            self._http_client = httpx.AsyncClient()
+        return self._http_client
+
+    async def _close_http(self) -> None:
+        client, self._http_client = self._http_client, None
+        if client is not None:
+            await client.aclose()
 
     async def _query(
         self, name: str, order: str, params: dict[str, Any], limit: int, offset: int
@@ -126,9 +139,8 @@ class QueryMethods(StoreBase):
         body = {"sql": sql, "params": params, "min_seq": written, "timeout": deadline}
         url = self.projector_url.rstrip("/") + "/sql"
         try:
-            async with httpx.AsyncClient() as client:
-                headers = {"Authorization": f"Bearer {self.projector_token}"} if self.projector_token else None
-                response = await client.post(url, json=body, headers=headers, timeout=deadline + 30)  # + the SQL
+            headers = {"Authorization": f"Bearer {self.projector_token}"} if self.projector_token else None
+            response = await self._http().post(url, json=body, headers=headers, timeout=deadline + 30)  # + the SQL
         except httpx.TransportError as exc:
             raise ProjectorUnavailable(f"no projector answers at {url} ({exc}): start `voltbus projector`") from None
         if response.status_code == 504:

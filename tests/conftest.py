@@ -98,3 +98,16 @@ def wait_until(condition: Callable[[], T], timeout: float = 10.0, what: str = "c
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(every)
     return result
+
+
+# CI sets this (.ci/run) so that a missing browser fails the browser tests instead of skipping them; read once at
+# import, before ``clean_env`` removes VOLTBUS_* variables from each test's environment.
+REQUIRE_BROWSER = os.environ.get("VOLTBUS_TEST_REQUIRE_BROWSER", "") not in ("", "0")
+
+
+def missing_browser(what: str, require: bool = REQUIRE_BROWSER) -> None:
+    """A browser test whose browser is absent: skipped with the reason, or failed where CI requires the browser."""
+    reason = f"{what} (set VOLTBUS_TEST_REQUIRE_BROWSER=1 to make this a failure, as .ci/run does)"
+    if require:
+        pytest.fail(f"{what}: VOLTBUS_TEST_REQUIRE_BROWSER is set, so the browser tests may not skip")
+    pytest.skip(reason)

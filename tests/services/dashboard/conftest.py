@@ -21,7 +21,7 @@ from voltbus.services.projector.follow import ends_at
 from voltbus.services.settings import DashboardSettings, NatsSettings, ProjectorSettings, Settings
 from voltbus.store import connect
 
-from ...conftest import free_port
+from ...conftest import free_port, missing_browser
 from . import workload
 
 Workload = Callable[..., object] | None
@@ -98,7 +98,7 @@ def browser() -> Iterator[webdriver.Chrome]:
     """Headless Chromium driven by Selenium (Debian's ``chromium`` and ``chromium-driver``)."""
     binary, driver = shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
     if not (binary and driver):
-        pytest.fail("the dashboard tests need Chromium: apt-get install chromium chromium-driver (see .ci/run)")
+        missing_browser("the dashboard tests need Chromium: apt-get install chromium chromium-driver (see .ci/run)")
     options = webdriver.ChromeOptions()
     options.binary_location = binary
     for arg in (

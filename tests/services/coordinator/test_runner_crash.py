@@ -17,7 +17,8 @@ from .conftest import until_event, until_worker
 async def test_killed_runner_attempt_becomes_unresponsive_and_is_retried(
     store: Store, coordinator: None, nats_settings: NatsSettings
 ) -> None:
-    config = RolloutConfig(unresponsive_seconds=0.5, max_attempts=2, retry_condition=["unresponsive"])
+    # the holder beats every 0.05 s: 2 s of silence (not 0.5) only after the kill, even on a loaded machine
+    config = RolloutConfig(unresponsive_seconds=2.0, max_attempts=2, retry_condition=["unresponsive"])
     rollout = await store.enqueue_rollout({"question": "2+2"}, config=config)
     holder = subprocess.Popen(  # noqa: ASYNC220 - started once, then read off the loop
         [sys.executable, "-m", "tests.services.coordinator.holder", nats_settings.url, nats_settings.namespace],

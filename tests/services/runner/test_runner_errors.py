@@ -54,7 +54,8 @@ async def test_sync_agents_stuck_past_their_timeout_do_not_use_up_the_runners_th
 ) -> None:
     """A sync agent's thread cannot be stopped in-process, but more of them stuck than a thread pool holds
     (cores + 4, at most 32) must not keep later attempts, or the runner's stop, waiting for a thread."""
-    config = RolloutConfig(timeout_seconds=0.3, max_attempts=2, retry_condition=["timeout"])
+    # the second attempts must run their agent (a thread, a span) within the timeout: 2 s, not 0.3, on a loaded machine
+    config = RolloutConfig(timeout_seconds=2, max_attempts=2, retry_condition=["timeout"])
     requests = [EnqueueRolloutRequest(input={"n": i}, config=config) for i in range(33)]
     rollouts = await store.enqueue_many_rollouts(requests)
     finished = await run_until_done(

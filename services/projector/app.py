@@ -2,7 +2,8 @@
 
 ``POST /sql`` takes ``{"sql": ..., "min_seq": {"control": n, "spans": m}, "timeout": s}`` and answers
 with an Arrow IPC stream; with ``min_seq`` it first waits until the projection has applied those
-sequences, so a caller reads its own writes. ``GET /health`` reports positions.
+sequences, so a caller reads its own writes. ``GET /health`` reports positions, ``GET /identity`` the bus
+and namespace it follows.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from voltbus.services.sockets import check_port
 
 from .follow import project
 from .forks import Forks, owned
+from .identity import bus_id, identity
 from .projector import Projector
 from .sql import limits_of, query, truncated_to
 
@@ -191,9 +193,17 @@ STATUS = {"read_only": 403, "busy": 503, "timeout": 408}
 """HTTP status of each QueryRefused code; any other is 400."""
 
 
-def build_app(settings: Settings, projector: Projector, progress: Progress, queries: Queries | None = None) -> ASGIApp:
-    """The HTTP app: /sql and /health, behind the endpoint's token, Host and Origin checks (``httpguard``)."""
+def build_app(
+    settings: Settings,
+    projector: Projector,
+    progress: Progress,
+    queries: Queries | None = None,
+    bus_id: str = "",
+) -> ASGIApp:
+    """The HTTP app: /sql, /health and /identity (``identity.py``), behind the endpoint's token, Host and Origin
+    checks (``httpguard``)."""
     queries = queries or Queries(settings, projector)
+    who = identity(settings.nats, bus_id)
     tables = Tables(projector)
 
     async def sql(request: Request) -> Response:
@@ -226,7 +236,11 @@ def build_app(settings: Settings, projector: Projector, progress: Progress, quer
             body | {"applied": projector.applied, "db": str(projector.path), "queries": len(queries.running)}
         )
 
-    app = Starlette(routes=[Route("/sql", sql, methods=["POST"]), Route("/health", health)])
+    async def whoami(_: Request) -> Response:
+        return JSONResponse(who)
+
+    routes = [Route("/sql", sql, methods=["POST"]), Route("/health", health), Route("/identity", whoami)]
+    app = Starlette(routes=routes)
     cfg = settings.projector
     return guard(app, cfg.host, cfg.allowed_hosts, cfg.token)
 
@@ -247,7 +261,7 @@ async def _run(settings: Settings, stop: asyncio.Event, ready: asyncio.Event | N
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
     projector = Projector(cfg.db, threads=cfg.duckdb_threads, refresh_interval=cfg.training_refresh_s)
     progress, queries = Progress(projector), Queries(settings, projector)
-    app = build_app(settings, projector, progress, queries)
+    app = build_app(settings, projector, progress, queries, await bus_id(eventlog.nc, settings.nats))
     server = build_server(app, cfg.host, cfg.port, settings.http, lifespan="off")
     log.info(
         "projector on %s from control seq %d, spans seq %d; SQL at http://%s:%d/sql",

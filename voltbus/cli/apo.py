@@ -33,6 +33,10 @@ def apo_command(
     val_batch_size: Annotated[int, Opt("--val-batch-size", help="validation tasks per round")] = 16,
     gradient_batch_size: Annotated[int, Opt("--gradient-batch-size", help="training tasks per critique")] = 4,
     nats_url: Annotated[str | None, Opt("--nats-url", help="NATS URL [env: VOLTBUS_NATS__URL]")] = None,
+    projector_url: Annotated[
+        str | None,
+        Opt("--projector-url", help="the projector to query, checked to follow this bus [env: VOLTBUS_PROJECTOR__URL]"),
+    ] = None,
 ) -> None:
     """Run APO (prompt search with a critic model) against running runners; resumes a stopped run id."""
     import msgspec
@@ -42,7 +46,7 @@ def apo_command(
     from voltbus.services.learner.app import load_tasks
     from voltbus.trainer.apo import APO
 
-    from .common import say, settings_for
+    from .common import projector_checked, say, settings_for
 
     if not prompt_file.is_file():
         raise InvalidCommand(f"--prompt-file {prompt_file}: no such file")
@@ -59,10 +63,9 @@ def apo_command(
         gradient_batch_size=gradient_batch_size,
     )  # fmt: skip
     train, val = load_tasks(tasks), load_tasks(val_tasks)
+    settings = projector_checked(settings_for(nats_url, projector_url))
     try:
-        result = asyncio.run(
-            algo.search_on(settings_for(nats_url), {**named, prompt_resource: template}, train, val, say)
-        )
+        result = asyncio.run(algo.search_on(settings, {**named, prompt_resource: template}, train, val, say))
     except ValueError as exc:
         raise InvalidCommand(str(exc)) from None
     say(

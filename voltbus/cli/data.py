@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .common import NatsUrl, say, settings_for
+from .common import NatsUrl, ProjectorUrl, projector_checked, say, settings_for
 
 
 def sql(
@@ -16,11 +16,13 @@ def sql(
     db: Annotated[Path | None, typer.Option("--db", help="query this file (no projector may hold it)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, csv, json or parquet")] = "table",
     out: Annotated[Path | None, typer.Option("--out", help="write the result here")] = None,
+    projector_url: ProjectorUrl = None,
+    nats_url: NatsUrl = None,
 ) -> None:
     """Query the projection with read-only SQL (through the running projector, or a --db file)."""
     from voltbus.services.projector.client import interactive, render, run_sql
 
-    settings = settings_for()
+    settings = projector_checked(settings_for(nats_url, projector_url), db)
     if query is None:
         return interactive(settings, db, say)
     render(run_sql(settings, query, db, truncate=True), fmt, out)
@@ -29,11 +31,13 @@ def sql(
 def export(
     to: Annotated[Path, typer.Option("--to", help="directory for the Parquet files")],
     db: Annotated[Path | None, typer.Option("--db", help="export this file (no projector may hold it)")] = None,
+    projector_url: ProjectorUrl = None,
+    nats_url: NatsUrl = None,
 ) -> None:
     """Write every projection table as a Parquet snapshot."""
     from voltbus.services.projector.client import export as export_tables
 
-    export_tables(settings_for(), to, db, say)
+    export_tables(projector_checked(settings_for(nats_url, projector_url), db), to, db, say)
 
 
 def replay(
@@ -62,11 +66,12 @@ def replay(
 def verify(
     db: Annotated[Path | None, typer.Option("--db", help="verify this file (no projector may hold it)")] = None,
     nats_url: NatsUrl = None,
+    projector_url: ProjectorUrl = None,
 ) -> None:
     """Compare every table of the projection (the running projector's, or --db) with a rebuild from the log."""
     from voltbus.services.projector.verify import verify_sync
 
-    verify_sync(settings_for(nats_url), db, say)
+    verify_sync(projector_checked(settings_for(nats_url, projector_url), db), db, say)
 
 
 def reproject(
@@ -86,11 +91,13 @@ def data_check(
     fmt: Annotated[str, typer.Option("--format", help="report, table, csv, json or parquet")] = "report",
     out: Annotated[Path | None, typer.Option("--out", help="write the rows here")] = None,
     strict: Annotated[bool, typer.Option(help="exit 1 when any problem count is not zero")] = False,
+    projector_url: ProjectorUrl = None,
+    nats_url: NatsUrl = None,
 ) -> None:
     """What would silently weaken training, per run, mode and resources version (the data_quality view)."""
     from voltbus.services.projector.quality import check_data
 
-    check_data(settings_for(), db, fmt, out, strict, typer.echo)
+    check_data(projector_checked(settings_for(nats_url, projector_url), db), db, fmt, out, strict, typer.echo)
 
 
 def export_training(
@@ -102,10 +109,13 @@ def export_training(
     mode: Annotated[str | None, typer.Option(help="train, val or test")] = None,
     versions: Annotated[str | None, typer.Option(help="resources version N or LOW..HIGH")] = None,
     db: Annotated[Path | None, typer.Option("--db", help="export from this file (no projector may hold it)")] = None,
+    projector_url: ProjectorUrl = None,
+    nats_url: NatsUrl = None,
 ) -> None:
     """Export triplets or trajectories as Parquet or as OpenAI fine-tuning JSONL; unusable rows are counted."""
     from voltbus.services.ops.training_export import export_training as write
     from voltbus.services.ops.training_export import selection
 
     clause, params = selection(table, where, run, mode, versions)
-    write(settings_for(), to, fmt, table, clause, params, db, say)
+    settings = projector_checked(settings_for(nats_url, projector_url), db)
+    write(settings, to, fmt, table, clause, params, db, say)

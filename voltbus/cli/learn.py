@@ -11,7 +11,7 @@ import typer
 
 from voltbus.schemas.errors import VoltbusError
 
-from .common import DbOption, NatsUrl, say, settings_for
+from .common import DbOption, NatsUrl, ProjectorUrl, projector_checked, say, settings_for
 
 
 def train(
@@ -28,6 +28,7 @@ def train(
     seed: Annotated[int, typer.Option(help="seed of the minibatch order")] = 0,
     db: DbOption = None,
     nats_url: NatsUrl = None,
+    projector_url: ProjectorUrl = None,
 ) -> None:
     """Retrain from the log: GRPO on recorded training rows, importance-weighted by their recorded logprobs."""
     from voltbus.services.learner.grpo.offline import Selection, train_offline
@@ -45,7 +46,7 @@ def train(
         until=parse_time(until) if until else None,
         where=where,
     )
-    settings = settings_for(nats_url)
+    settings = projector_checked(settings_for(nats_url, projector_url), db)
     updates = {"model_dir": model, "run_id": run_id, "seed": seed}
     settings.learner = settings.learner.model_copy(update={k: v for k, v in updates.items() if v is not None})
     result = asyncio.run(train_offline(settings, selection, epochs, say, db))

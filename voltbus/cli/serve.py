@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .common import DbOption, NatsUrl, say, settings_for
+from .common import DbOption, NatsUrl, ProjectorUrl, projector_checked, say, settings_for
 
 
 def coordinator(nats_url: NatsUrl = None) -> None:
@@ -132,11 +132,12 @@ def learner(
         float | None, typer.Option("--time-budget-s", help="stop after this much training")
     ] = None,
     nats_url: NatsUrl = None,
+    projector_url: ProjectorUrl = None,
 ) -> None:
     """Run the GRPO learner: publish versions, enqueue batches, train on their rows, resume after a crash."""
     from voltbus.services.learner.app import load_tasks, run
 
-    settings = settings_for(nats_url)
+    settings = projector_checked(settings_for(nats_url, projector_url))
     updates = {"model_dir": model, "run_id": run_id, "steps": steps, "val_tasks": val_tasks}
     updates["time_budget_s"] = time_budget_s
     settings.learner = settings.learner.model_copy(update={k: v for k, v in updates.items() if v is not None})

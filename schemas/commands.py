@@ -72,6 +72,8 @@ class ClaimRollout(Command, frozen=True, kw_only=True):
     start: bool = False
     """The claimant starts the agent at once (a runner): the attempt opens ``running``, with no
     ``AttemptStarted`` of its own. False (``dequeue_rollout``): it opens ``preparing``, as in Agent Lightning."""
+    runner_group: str = ""
+    """The claimant's runner group: a rollout of another group (``RolloutConfig.runner_group``) is refused."""
 
 
 class StartAttempt(Command, frozen=True, kw_only=True):

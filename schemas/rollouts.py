@@ -32,6 +32,9 @@ class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Attempts allowed in total, the first included; an attempt's sequence_id is its number."""
     retry_condition: list[AttemptStatus] = []
     """Attempt end statuses that requeue the rollout while attempts remain; empty: never retry."""
+    runner_group: str = ""
+    """Only runners of this group claim the rollout (``runner.group``; a ``Trainer`` run's own runners);
+    ``""``: the default group, every plain ``voltbus runner``. A voltbus addition."""
 
 
 class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -99,6 +99,14 @@ class Topology(msgspec.Struct, frozen=True, kw_only=True):
         """Durable name of the runners' shared dispatch consumer."""
         return f"{self.namespace}-dispatch"
 
+    def group_dispatch_consumer(self, group: str) -> str:
+        """Durable name of a runner group's own dispatch consumer (``""``: the shared one).
+
+        >>> Topology().group_dispatch_consumer("trainer-1a2b"), Topology().group_dispatch_consumer("")
+        ('vb-dispatch-g-trainer-1a2b', 'vb-dispatch')
+        """
+        return f"{self.dispatch_consumer}-g-{check_token('runner group', group)}" if group else self.dispatch_consumer
+
     @property
     def max_deliveries_subject(self) -> str:
         """Advisory subject the server publishes when a dispatch message hits its max deliveries."""

@@ -182,6 +182,11 @@ class RunnerSettings(BaseModel):
     "isolate"``, whatever ``agents`` says (``--isolate``)."""
     shutdown_grace_s: float = 30.0
     """On SIGTERM, how long running rollouts may finish before they are ended as failed."""
+    group: str = ""
+    """The runner group this runner serves (``--group``): it claims only rollouts whose ``RolloutConfig.runner_group``
+    names it, from the group's own dispatch consumer. ``""``: the default group (rollouts that name none).
+    ``Trainer.fit`` / ``dev`` give their runs' rollouts and runners a group of their own, so runners already on the
+    bus never serve them."""
     gateway_url: str | None = None
     """The gateway's base URL; isolated (``agents = "isolate"``), each rollout's process gets Agent Lightning 1.0's
     ``AGL_OPENAI_BASE_URL`` / ``AGL_EVENT_URL`` / ``AGL_KEY`` pointing at it for that attempt."""

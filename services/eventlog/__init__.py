@@ -10,7 +10,7 @@ from .connection import connect, unsubscribe
 from .feed import Feed
 from .log import Decider, EventLog, Transacted
 from .records import Appended, BadEvent, Envelope, Passed
-from .streams import control_config, ensure_streams, spans_config, topology_of
+from .streams import control_config, ensure_consumer, ensure_streams, group_dispatch_config, spans_config, topology_of
 
 __all__ = [
     "Appended",
@@ -23,7 +23,9 @@ __all__ = [
     "Transacted",
     "connect",
     "control_config",
+    "ensure_consumer",
     "ensure_streams",
+    "group_dispatch_config",
     "spans_config",
     "topology_of",
     "unsubscribe",

@@ -124,6 +124,16 @@ def dispatch_config(settings: NatsSettings) -> ConsumerConfig:
     )
 
 
+def group_dispatch_config(settings: NatsSettings, group: str) -> ConsumerConfig:
+    """A runner group's own dispatch consumer: every dispatchable message from its creation on (its runners
+    claim their group's rollouts; the claim of any other is refused), removed after an hour unused."""
+    wanted = dispatch_config(settings)
+    wanted.durable_name = topology_of(settings).group_dispatch_consumer(group)
+    wanted.deliver_policy = DeliverPolicy.NEW
+    wanted.inactive_threshold = 3600.0
+    return wanted
+
+
 def _mismatch(found: StreamConfig, wanted: StreamConfig, subjects: bool = True) -> tuple[str, object, object] | None:
     """The first setting of ``found`` that breaks what ``wanted`` guarantees, if any (``subjects``: check
     that every wanted subject is captured)."""

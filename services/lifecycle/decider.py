@@ -149,6 +149,8 @@ def decide(cmd: RolloutCommand, state: RolloutState) -> list[RolloutEvent]:
             )
             if is_terminal(state) or not claimable:
                 raise _illegal(state, cmd)
+            if isinstance(cmd, ClaimRollout) and cmd.runner_group != state.config.runner_group:
+                raise _illegal(state, cmd, f"runner group {state.config.runner_group!r}")
             if held_by_other(state, cmd.holder_key):
                 raise _illegal(state, cmd, f"{state.latest.attempt_id} (held by another worker)")  # type: ignore[union-attr]
             return [

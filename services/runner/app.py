@@ -100,6 +100,7 @@ class Runner:
                 self.spans_stored = self.host.published
             nats = self.settings.nats.model_copy(update={"dequeue_wait_s": cfg.claim_wait_s})
             self.store = await connect(settings=nats, name="voltbus-runner")
+            self.store.runner_group = cfg.group
             if self.host is not None:
                 self.host.attach(self.store)
             await self._open(self.store)

@@ -83,6 +83,12 @@ def runner(
             "(default: the agent host, a process with no credentials)",
         ),
     ] = False,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group", help="serve only this runner group's rollouts (default: VOLTBUS_RUNNER__GROUP, else none)"
+        ),
+    ] = None,
     nats_url: NatsUrl = None,
 ) -> None:
     """Run a runner: claim rollouts and run the agent on them (SIGTERM finishes or releases them)."""
@@ -93,7 +99,8 @@ def runner(
         raise typer.BadParameter("--in-process and --isolate exclude each other")
     settings = settings_for(nats_url)
     agents = "in-process" if in_process else None
-    given = {"slots": n, "isolate": isolate, "agents": agents}  # flags override the settings; absent ones leave them
+    # flags override the settings; absent ones leave them
+    given = {"slots": n, "isolate": isolate, "agents": agents, "group": group}
     settings.runner = settings.runner.model_copy(update={k: v for k, v in given.items() if v is not None})
     loop.run(serve_until_signal(settings, agent))  # on uvloop: less CPU per rollout (BENCHMARKS.md)
 

@@ -62,6 +62,7 @@ class GRPO:
         run_id = base.learner.run_id or new_run_id()
         async with bus(base, trainer.say) as settings, local_system(settings, agent, trainer.n_runners) as wired:
             store = await connect(settings=wired.nats, name="voltbus-learner")
+            store.runner_group = wired.runner.group  # the run's rollouts go to the runners of ``local_system`` only
             session = Session(store, run_id, wired.projector)
             try:
                 loop = Loop(wired.learner, trainer.initial_resources)
@@ -91,6 +92,7 @@ class Baseline:
             local_system(settings, agent, trainer.n_runners) as s,
         ):
             store = await connect(settings=s.nats, name="voltbus-baseline")
+            store.runner_group = s.runner.group
             session = Session(store, f"baseline-{uuid.uuid4().hex[:8]}", s.projector)
             try:
                 published = await store.add_resources(trainer.initial_resources) if trainer.initial_resources else None

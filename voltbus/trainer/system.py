@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -60,7 +61,8 @@ async def local_system(settings: Settings, agent: Any, n_runners: int = 8) -> As
     cfg = settings.learner
     scratch = tempfile.TemporaryDirectory(prefix="voltbus-run-")  # the projection: rebuilt from the log at will
     s = local_settings(settings, cfg.model_dir, cfg.served_model_name, Path(scratch.name))
-    s.runner = s.runner.model_copy(update={"slots": n_runners, "claim_wait_s": 0.2})
+    group = s.runner.group or f"trainer-{uuid.uuid4().hex[:12]}"  # runners already on the bus never serve this run
+    s.runner = s.runner.model_copy(update={"slots": n_runners, "claim_wait_s": 0.2, "group": group})
     stop = asyncio.Event()
     inference_app = None
     if cfg.model_dir is not None:  # import torch and transformers (seconds) before any service's loop work starts

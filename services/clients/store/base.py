@@ -9,7 +9,7 @@ from typing import Any
 
 from voltbus.schemas.commands import RolloutCommand
 from voltbus.schemas.errors import UnknownRollout
-from voltbus.services.eventlog import EventLog
+from voltbus.services.eventlog import EventLog, ensure_consumer, group_dispatch_config
 from voltbus.services.lifecycle import RolloutState, decider
 from voltbus.services.lifecycle.authority import Holder
 from voltbus.services.lifecycle.signing import SigningDecider
@@ -36,6 +36,18 @@ class StoreBase:
         self.holder = Holder()
         """This client's signing key (in memory only): the attempts it claims only it may start, end or update."""
         self._decider = SigningDecider(self.holder)
+        self.runner_group = ""
+        """The runner group this client claims for and enqueues into (``RolloutConfig.runner_group``): a
+        ``Trainer`` run's own; ``""``: the default group."""
+        self._groups_ready: set[str] = set()
+
+    async def _ensure_group_consumer(self, group: str) -> None:
+        """A runner group's own dispatch consumer exists (made by its first enqueue or claim: from then on it
+        holds every dispatchable message); the default group's (``""``) is made with the streams."""
+        if group and group not in self._groups_ready:
+            wanted = group_dispatch_config(self.settings, group)
+            await ensure_consumer(self.log.js, self.topology.control_stream, wanted)
+            self._groups_ready.add(group)
 
     def sign_as(self, holder: Holder) -> None:
         """Claim and sign with ``holder`` from now on (a runner with fixed worker ids keeps its key in a file)."""

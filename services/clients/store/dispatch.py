@@ -65,8 +65,9 @@ class DispatchMethods(StoreBase):
 
     async def _dispatch_subscription(self) -> JetStreamContext.PullSubscription:
         if self._dispatch_sub is None:
+            await self._ensure_group_consumer(self.runner_group)
             self._dispatch_sub = await self.log.js.pull_subscribe_bind(
-                self.topology.dispatch_consumer, self.topology.control_stream
+                self.topology.group_dispatch_consumer(self.runner_group), self.topology.control_stream
             )
         return self._dispatch_sub
 
@@ -113,11 +114,12 @@ class DispatchMethods(StoreBase):
             worker_id=worker_id,
             at=self.clock(),
             start=start,
+            runner_group=self.runner_group,
         )
         try:
             state = await self._apply(event.rollout_id, cmd)
         except IllegalTransition:
-            await msg.ack()  # the entry is stale: cancelled, or claimed by someone else
+            await msg.ack()  # the entry is stale (cancelled, claimed by someone else) or another group's
             return None
         await msg.ack()
         return state

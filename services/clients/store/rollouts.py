@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 from msgspec import UNSET
 
 from voltbus.schemas.base import derive_id
@@ -51,12 +52,17 @@ class RolloutMethods(StoreBase):
         metadata: dict[str, Any] | None,
         latest: str | None,
     ) -> QueueRollout:
+        checked = rollout_config(config)
+        if self.runner_group and not checked.runner_group:  # this client's group, unless the config names one
+            checked = msgspec.structs.replace(checked, runner_group=self.runner_group)
+        if checked.runner_group:  # made before the rollout is queued, so the group's consumer holds it
+            await self._ensure_group_consumer(checked.runner_group)
         return QueueRollout(
             rollout_id=new_id("ro", 12),
             input=to_json(input, "rollout input"),
             mode=mode,  # type: ignore[arg-type]
             resources_id=resources_id or latest,
-            config=rollout_config(config),
+            config=checked,
             metadata=metadata_json(metadata),
             at=self.clock(),
         )

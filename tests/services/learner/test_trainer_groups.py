@@ -50,9 +50,7 @@ def test_dev_is_served_by_its_own_runners_beside_a_plain_one(nats_settings: Nats
         asyncio.run(served_by_plain_runner(nats_settings))
         tasks = [{"q": i} for i in range(16)]
         trainer = Trainer(n_runners=2, initial_resources=RESOURCES, settings=Settings(nats=nats_settings))
-        out = trainer.dev(
-            "tests.services.runner.calc_agent:returns_float", tasks
-        )
+        out = trainer.dev("tests.services.runner.calc_agent:returns_float", tasks)
         assert out["train"]["rollouts"] == 16, out
     finally:
         plain.send_signal(signal.SIGTERM)

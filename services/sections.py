@@ -396,6 +396,13 @@ class LearnerSettings(BaseModel):
     (with the previous version: staleness 1) while the learner trains."""
     rollout_timeout_s: float = Field(default=600.0, gt=0)
     """Longest wait for one step's batch to finish."""
+    unclaimed_warn_s: float = Field(default=30.0, gt=0)
+    """A step whose rollouts no runner has claimed after this long prints a warning (is a runner attached to the
+    namespace?) and goes on waiting up to ``rollout_timeout_s``."""
+    rows_wait_s: float = Field(default=30.0, ge=0)
+    """Once a step's batch finished, how long the learner waits for the training rows the projector is still
+    computing (rollouts whose model calls carry token ids but have no trajectory row yet); the rollouts still
+    without rows then are left out of the step, counted and named in a warning."""
     attempt_unresponsive_s: float | None = Field(default=60.0, gt=0)
     """A batch rollout's attempt silent this long (no heartbeat or span: its runner died) is ended by the
     coordinator and the rollout retried; None: never (a dead runner's rollouts then hold the step)."""

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,15 +119,36 @@ class Session:
         await self.store.log.append([event])
         return event
 
-    async def wait(self, batch: StepStarted, timeout: float) -> list[Rollout]:
-        """The batch's rollouts once every one of them has ended."""
-        done = await self.store.wait_for_rollouts(rollout_ids=batch.rollout_ids, timeout=timeout)
+    async def wait(
+        self, batch: StepStarted, timeout: float, say: Callable[[str], None] = log.warning, quiet_s: float = 30.0
+    ) -> list[Rollout]:
+        """The batch's rollouts once every one of them has ended; says so when no runner claimed any of them in
+        the first ``quiet_s`` seconds."""
+        ids, deadline = batch.rollout_ids, time.monotonic() + timeout
+        done = await self.store.wait_for_rollouts(rollout_ids=ids, timeout=min(quiet_s, timeout))
+        if len(done) < len(ids) and time.monotonic() < deadline:
+            if not done and await self.none_claimed(ids):
+                ns = self.store.topology.namespace
+                say(
+                    f"warning: no runner has claimed any of step {batch.step}'s {len(ids)} rollouts in {quiet_s:g}s: "
+                    f"is a runner attached to namespace {ns} (`voltbus runner --agent ...`)? "
+                    f"waiting up to {timeout:.0f}s (learner.rollout_timeout_s)"
+                )
+            done = await self.store.wait_for_rollouts(rollout_ids=ids, timeout=max(deadline - time.monotonic(), 0))
         if len(done) < len(batch.rollout_ids):
             raise LearnerError(
                 f"step {batch.step}: {len(batch.rollout_ids) - len(done)} of {len(batch.rollout_ids)} rollouts "
                 f"not finished after {timeout:.0f}s (are runners, the gateway and an inference server up?)"
             )
         return done
+
+    async def none_claimed(self, rollout_ids: Sequence[str]) -> bool:
+        """Whether every one of these rollouts still waits in the queue (no attempt was ever claimed)."""
+        for rid in rollout_ids:
+            rollout = await self.store.get_rollout_by_id(rid)
+            if rollout is None or rollout.status != "queuing":
+                return False
+        return True
 
     async def query(self, sql: str, params: dict[str, Any] | None = None, timeout: float = 60.0) -> pa.Table:
         """Rows of a read-only query, once the projection has applied everything in the log now."""

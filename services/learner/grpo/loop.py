@@ -37,10 +37,9 @@ from .actor import Actor
 from .batch import prepare, version_number
 from .objective import group_advantages
 from .policy import WEIGHTS, initial_weights
+from .rows import batch_rows
 
 log = logging.getLogger(__name__)
-
-ROWS_SQL = (Path(__file__).parent / "batch_rows.sql").read_text()
 
 
 class GRPO:
@@ -155,7 +154,7 @@ class GRPO:
                 break
             batch = pending or await begin(step, resources_id)
             ahead = (lambda n=step + 1, v=resources_id: begin(n, v)) if s.overlap and step + 1 < s.steps else None
-            resources_id, metrics, pending = await self.step(session, actor, batch, resources_id, ahead)
+            resources_id, metrics, pending = await self.step(session, actor, batch, resources_id, ahead, say)
             say(
                 f"step {step + 1}/{s.steps}: reward {metrics['reward_mean']:.3f} ± {metrics['reward_std']:.3f} "
                 f"over {int(metrics['rollouts_trained'])} rollouts, {int(metrics['tokens'])} tokens, "
@@ -194,17 +193,19 @@ class GRPO:
         batch: StepStarted,
         resources_id: str,
         ahead: Callable[[], Awaitable[StepStarted]] | None = None,
+        say: Callable[[str], None] = log.warning,
     ) -> tuple[str, dict[str, float], StepStarted | None]:
         """One step on ``batch`` (``ahead`` enqueues the next batch before the update); returns the
         version published, the step's metrics, and the next batch if it was enqueued."""
         s, started = self.settings, time.monotonic()
-        await session.wait(batch, s.rollout_timeout_s)
+        await session.wait(batch, s.rollout_timeout_s, say, s.unclaimed_warn_s)
         sampled = time.monotonic()
         following = await ahead() if ahead is not None else None
-        table = await session.query(ROWS_SQL, {"rollouts": batch.rollout_ids})
+        records, left_out = await batch_rows(session, batch.step, batch.rollout_ids, s.rows_wait_s, say)
         queried = time.monotonic()
         version = version_number(resources_id) or 0
-        data = prepare(table.to_pylist(), batch.rollout_ids, version, s.max_staleness)
+        data = prepare(records, batch.rollout_ids, version, s.max_staleness)
+        data.counts.update(left_out)
         if not data.rows:
             raise LearnerError(f"step {batch.step}: no trainable rows (see `voltbus data check`): {data.counts}")
         advantages = group_advantages(data.rewards, data.groups)

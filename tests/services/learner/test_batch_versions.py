@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from voltbus.services.learner.grpo.batch import prepare
-from voltbus.services.learner.grpo.loop import ROWS_SQL
+from voltbus.services.learner.grpo.rows import ROWS_SQL
 from voltbus.services.projector.projector import Projector
 
 INSERT = """INSERT INTO trajectories (rollout_id, attempt_id, row_index, task_id, prompt_ids, response_ids,

@@ -16,9 +16,19 @@ from .session import LearnerError, Session, new_run_id
 
 
 def load_tasks(path: Path) -> list[Any]:
-    """Tasks from a JSON Lines file (one JSON value per line; blank lines skipped)."""
+    """Tasks from a JSON Lines file (one JSON value per line; blank lines skipped), or from a ``.json`` file
+    holding one JSON array of tasks."""
     if not path.is_file():
         raise LearnerError(f"task file {path} not found")
+    if path.suffix == ".json":
+        try:
+            found = json.loads(path.read_text())
+        except ValueError as exc:
+            raise LearnerError(f"{path}: not JSON ({exc})") from None
+        if not isinstance(found, list):
+            kind = type(found).__name__
+            raise LearnerError(f"{path}: a .json task file holds a JSON array of tasks, not a {kind} (or use .jsonl)")
+        return found
     tasks = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if line.strip():
@@ -36,6 +46,8 @@ async def run(settings: Settings, tasks: list[Any], say: Callable[[str], None]) 
     from .grpo.validate import validate
 
     s = settings.learner
+    if not tasks:  # refused before the run is registered, or anything connects
+        raise LearnerError("the training dataset is empty: the task file holds no task")
     check_backend(s)  # a backend this machine cannot run fails before anything connects
     run_id = s.run_id or new_run_id()
     val = load_tasks(s.val_tasks) if s.val_tasks else []

@@ -14,8 +14,8 @@ Opt = typer.Option
 
 
 def apo_command(
-    tasks: Annotated[Path, Opt("--tasks", help="training tasks, one JSON value per line")],
-    val_tasks: Annotated[Path, Opt("--val-tasks", help="validation tasks, one JSON value per line")],
+    tasks: Annotated[Path, Opt("--tasks", help="training tasks: JSON Lines, or a .json array")],
+    val_tasks: Annotated[Path, Opt("--val-tasks", help="validation tasks: JSON Lines, or a .json array")],
     prompt_file: Annotated[Path, Opt("--prompt-file", help="the starting prompt template (a text file)")],
     critic_url: Annotated[
         str | None, Opt("--critic-url", help="the critic's OpenAI-compatible base URL [env: OPENAI_BASE_URL]")

@@ -124,7 +124,7 @@ def inference(
 
 
 def learner(
-    tasks: Annotated[Path, typer.Option("--tasks", help="training tasks, one JSON value per line")],
+    tasks: Annotated[Path, typer.Option("--tasks", help="training tasks: JSON Lines, or a .json array")],
     model: Annotated[
         Path | None, typer.Option("--model", help="starting model directory [env: VOLTBUS_LEARNER__MODEL_DIR]")
     ] = None,

@@ -57,6 +57,9 @@ class GRPO:
         """Train; evaluate on ``val`` before and after when given; returns the run id and the evaluations."""
         from voltbus.services.learner.grpo.loop import GRPO as Loop  # torch is needed from here on
 
+        if not train:  # refused before the system starts and the run is registered
+            raise ValueError("the training dataset is empty")
+
         base = trainer.settings.model_copy(deep=True)
         base.learner = base.learner.model_copy(update=self.overrides)
         run_id = base.learner.run_id or new_run_id()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from voltbus.schemas.errors import BusStartFailed, BusUnavailable
 from voltbus.services.eventlog import connect
@@ -23,10 +24,18 @@ async def answers(settings: Settings) -> bool:
     return True
 
 
+def embedded_port(settings: Settings) -> int:
+    """The port an embedded bus takes: ``bus.port`` when set, else the port of ``nats.url`` (where the clients
+    look for it), else ``bus.port``'s default."""
+    port = urlsplit(settings.nats.url).port
+    return settings.bus.port if "port" in settings.bus.model_fields_set or not port else port
+
+
 def start_embedded(settings: Settings, say: Callable[[str], None]) -> NatsServer:
-    """Start the embedded bus on the configured port, or on a free one if that port is taken."""
+    """Start the embedded bus on the configured port (``embedded_port``), or on a free one if that port is taken."""
     try:
-        server = NatsServer(settings.bus, settings.nats.max_payload).start()
+        bus = settings.bus.model_copy(update={"port": embedded_port(settings)})
+        server = NatsServer(bus, settings.nats.max_payload).start()
     except BusStartFailed as exc:
         if "in use" not in str(exc):
             raise

@@ -29,12 +29,12 @@ VOLTBUS = [sys.executable, "-c", "from voltbus.cli import main; main()"]
 class UpProcess:
     """``voltbus up`` running in the background, its output lines in a queue."""
 
-    def __init__(self, tmp: Path, services: str, **ports: int) -> None:
+    def __init__(self, tmp: Path, services: str, cwd: Path = ROOT, **ports: int) -> None:
         self.ports = ports
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VOLTBUS_", "VB_"))}
         env |= {f"VB_{k.upper()}_PORT": str(v) for k, v in ports.items()} | {"NO_COLOR": "1"}
         cmd = VOLTBUS + ["up", "--services", services, "--data-dir", str(tmp / "up"), "--timeout-s", "40"]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -102,15 +102,19 @@ def assert_all_gone(pids: set[int]) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_up_bus_coordinator_projector_answers_sql_and_stops_clean(tmp_path: Path, sig: signal.Signals) -> None:
     ports = {"nats": free_port(), "nats_monitor": free_port(), "projector": free_port()}
-    up = UpProcess(tmp_path, "nats,coordinator,projector", **ports)
+    up = UpProcess(tmp_path, "nats,coordinator,projector", cwd=tmp_path, **ports)  # any folder: the repository's file
     summary = up.wait_for("up: 3 services")
     assert f"SQL at http://127.0.0.1:{ports['projector']}/sql" in summary and "Ctrl-C to stop" in summary
     pids = descendants(up.proc.pid)
     assert len(pids) >= 3, pids  # nats-server, coordinator, projector
-    env = os.environ | {"VOLTBUS_PROJECTOR__URL": f"http://127.0.0.1:{ports['projector']}"}
-    env |= {"VOLTBUS_CREDENTIALS_FILE": str(tmp_path / "up/auth/admin.env")}  # the operator's: the SQL token
-    out = subprocess.run(VOLTBUS + ["sql", "SELECT 41 + 1 AS answer"], env=env, capture_output=True, text=True)
+    admin = read_env_file(tmp_path / "up/auth/admin.env", {})  # what up tells the operator to source
+    assert admin["VOLTBUS_NATS__URL"] == f"nats://127.0.0.1:{ports['nats']}"
+    assert admin["VOLTBUS_PROJECTOR__URL"] == f"http://127.0.0.1:{ports['projector']}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOLTBUS_")} | admin
+    sql = VOLTBUS + ["sql", "SELECT 41 + 1 AS answer"]
+    out = subprocess.run(sql, env=env, capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0 and "42" in out.stdout, out.stderr
+    assert f"projector http://127.0.0.1:{ports['projector']} (bus nats://127.0.0.1:{ports['nats']}" in out.stderr
     with pytest.raises(httpx.TransportError):  # no monitor: nats-server's lists every connection's user
         httpx.get(f"http://127.0.0.1:{ports['nats_monitor']}/healthz")
     up.proc.send_signal(sig)
@@ -153,8 +157,9 @@ def test_a_service_that_cannot_start_is_named_and_nothing_is_left(tmp_path: Path
         pids = descendants(up.proc.pid)
         code, text = up.finish()
     assert code == 1, text
-    assert "up: error: projector exited with code 1" in text
-    assert "in use" in text  # the projector's own last line says why
+    port = ports["projector"]
+    assert f"up: error: projector's port {port} is in use by another process" in text  # not taken as its readiness
+    assert "VB_PROJECTOR_PORT=<port>" in text and "--port" not in text
     assert_all_gone(pids)
 
 

@@ -17,6 +17,7 @@ import collections
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -96,6 +97,8 @@ class Up:
             self.say(f"up: starting {name} ({n}/{len(order)})")
             for path in service.volumes.values():
                 path.mkdir(parents=True, exist_ok=True)
+            for port in service.host_ports:
+                check_free(name, port)
             where = self._start_bus(service, deadline_s) if name == "nats" else self._start(service, n, deadline_s)
             self.say(f"up: {name} ready in {time.monotonic() - began:.1f}s{where}")
 
@@ -252,6 +255,37 @@ def _sign_in(up: Up) -> str:
     return f"?token={token}" if token else ""
 
 
+def check_free(name: str, port: int) -> None:
+    """Refuse to start ``name`` on a port another process holds: its answers are not this service's readiness."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            var = f"VB_{name.upper().replace('-', '_')}_PORT"
+            raise ServiceFailed(
+                f"{name}'s port {port} is in use by another process: stop it, or give {name} another port with "
+                f"{var}=<port> (the VB_* variables: docs/deployment.md)"
+            ) from None
+
+
+def host_env(up: Up) -> dict[str, str]:
+    """What a command on this machine needs to reach the topology: the bus URL, its namespace, the projector."""
+    found = {"VOLTBUS_NATS__URL": up.bus.url} if up.bus else {}
+    if namespace := next((s.env.get("VOLTBUS_NATS__NAMESPACE") for s in up.services.values()), None):
+        found["VOLTBUS_NATS__NAMESPACE"] = namespace
+    projector = up.services.get("projector")
+    if projector is not None and projector.health_url:
+        found["VOLTBUS_PROJECTOR__URL"] = projector.health_url.rsplit("/", 1)[0]
+    return found
+
+
+def write_host_env(path: Path, values: dict[str, str]) -> None:
+    """Set ``values`` in the env file at ``path`` (replacing earlier lines of the same names, keeping the rest)."""
+    keep = [line for line in path.read_text().splitlines() if line.split("=", 1)[0].strip() not in values]
+    path.write_text("\n".join(keep + [f"{k}={v}" for k, v in values.items()]) + "\n")
+
+
 def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: float, keep_going: bool,
            say: Callable[[str], None], exit_from: str | None = None) -> int:  # fmt: skip
     """Start ``services``, supervise them until Ctrl-C / SIGTERM or a death, stop them all; the exit code."""
@@ -268,8 +302,10 @@ def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: 
         say(summary(up, time.monotonic() - began))
         if up.bus and up.bus.bus.auth_dir:
             admin = up.bus.bus.auth_dir / "admin.env"
+            if admin.is_file():
+                write_host_env(admin, host_env(up))  # the bus and projector of this machine, for voltbus commands
             needs = "the bus requires a user, the gateway a key, SQL and the dashboard a token"
-            say(f"up: {needs}; yours: set -a; . {admin}; set +a")
+            say(f"up: {needs}; yours (with the bus URL): set -a; . {admin}; set +a")
         code = up.supervise(keep_going, exit_from)
     except ServiceFailed as exc:
         code = 0 if up.stopping.is_set() else 1

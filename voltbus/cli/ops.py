@@ -55,7 +55,10 @@ def streams(nats_url: NatsUrl = None) -> None:
 def up(
     services: Annotated[str | None, typer.Option(help="comma-separated services to start (default: all)")] = None,
     profile: Annotated[list[str] | None, typer.Option(help="also start this compose profile's services")] = None,
-    file: Annotated[Path, typer.Option("--file", "-f", help="the compose file")] = Path("docker-compose.yml"),
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", "-f", help="the compose file (default: ./docker-compose.yml, else the repository's)"),
+    ] = None,
     data_dir: Annotated[Path | None, typer.Option(help="where named volumes live (default: <data dir>/up)")] = None,
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="readiness deadline of each service")] = 180.0,
     keep_going: Annotated[bool, typer.Option(help="keep the rest running when a service dies")] = False,
@@ -71,14 +74,22 @@ def up(
     from voltbus.services.ops.compose import ComposeError, load_topology
     from voltbus.services.ops.up import run_up, select
 
+    file = file or compose_file()
     if not file.is_file():
-        raise ComposeError(f"no compose file at {file.resolve()} (run from the repository root or pass --file)")
+        raise ComposeError(f"no compose file at {file.resolve()} (pass --file)")
     data_dir = data_dir or Path(platformdirs.user_data_dir("voltbus")) / "up"
     topology = load_topology(file, os.environ, data_dir.resolve())  # its `credentials` job makes the credentials
     chosen = select(topology, services.split(",") if services else None, profile or [])
     if exit_code_from is not None and exit_code_from not in chosen:
         raise ComposeError(f"--exit-code-from {exit_code_from}: not among the services started ({', '.join(chosen)})")
     raise typer.Exit(run_up(chosen, file.resolve().parent, data_dir, timeout_s, keep_going, say, exit_code_from))
+
+
+def compose_file() -> Path:
+    """``./docker-compose.yml`` if there is one, else the repository's (next to this package): ``voltbus up`` works
+    from any folder, its services running in the compose file's folder."""
+    here = Path("docker-compose.yml")
+    return here if here.is_file() else Path(__file__).resolve().parents[2] / "docker-compose.yml"
 
 
 def schemas_export(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -156,6 +157,7 @@ class Runner:
         delay = self.settings.runner.busy_report_s  # 0: the claim reported it busy already
         loop = asyncio.get_running_loop()
         busy = loop.call_later(delay, self._report_busy, worker_id, rollout.rollout_id) if delay else None
+        began = time.monotonic()
         try:
             if self.mode == "host":
                 assert self.host is not None
@@ -176,6 +178,11 @@ class Runner:
             self.heartbeat.active.pop(worker_id, None)
             self.spans_stored.pop(rollout.rollout_id, None)
             self.finished += 1
+            outcome = self.store.attempt_outcome(rollout.rollout_id) or "ended"
+            log.info(
+                "rollout_id=%s attempt=%d worker=%s: %s in %.2fs",
+                rollout.rollout_id, rollout.attempt.sequence_id, worker_id, outcome, time.monotonic() - began,
+            )  # fmt: skip
 
     def _report_busy(self, worker_id: str, rollout_id: str) -> None:
         """Report the slot's worker busy: its attempt has run ``busy_report_s``."""

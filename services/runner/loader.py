@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import os
+import sys
 import traceback
 from pathlib import Path
 from types import ModuleType
@@ -33,6 +35,10 @@ def _failed(module_name: str, exc: Exception) -> AgentLoadError:
 
 
 def _import(module_name: str) -> ModuleType:
+    """Import the agent's module; the current folder is searched too (after everything else, so it shadows no
+    installed package), as ``python -m`` does: ``voltbus runner --agent room:agent`` from the agent's folder."""
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         return importlib.import_module(module_name)
     except Exception as exc:

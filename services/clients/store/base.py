@@ -40,6 +40,7 @@ class StoreBase:
         """The runner group this client claims for and enqueues into (``RolloutConfig.runner_group``): a
         ``Trainer`` run's own; ``""``: the default group."""
         self._groups_ready: set[str] = set()
+        self._outcomes: dict[str, str] = {}
 
     async def _ensure_group_consumer(self, group: str) -> None:
         """A runner group's own dispatch consumer exists (made by its first enqueue or claim: from then on it
@@ -69,8 +70,17 @@ class StoreBase:
         self._remember(rollout_id, result.state, result.seq)
         return result.state
 
+    def attempt_outcome(self, rollout_id: str) -> str | None:
+        """How the rollout's latest attempt stands as this client last wrote or saw it (no I/O): its status and, when
+        it failed, the error's type; None when unknown. Read once (a runner's log line of each attempt's end)."""
+        return self._outcomes.pop(rollout_id, None)
+
     def _remember(self, rollout_id: str, state: RolloutState, seq: int) -> None:
         """Keep a rollout's state as an OCC guess (not for ended rollouts; at most 4,096 kept)."""
+        if (latest := state.latest) is not None:
+            if len(self._outcomes) >= 4096:
+                self._outcomes.pop(next(iter(self._outcomes)))
+            self._outcomes[rollout_id] = latest.status + (f" ({latest.error.type})" if latest.error else "")
         if seq <= 0 or decider.is_terminal(state):
             self._known_rollouts.pop(rollout_id, None)
             return

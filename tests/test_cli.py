@@ -95,7 +95,7 @@ def test_demo_runs_on_embedded_defaults(tmp_path: Path) -> None:
     result = run("demo", "--steps", "2", "--tasks-per-step", "2", "--group-size", "4", env=env, timeout=240)
     assert result.returncode == 0, result.stderr
     assert "started an embedded NATS JetStream" in result.stdout
-    assert "step 2/2: reward" in result.stdout and "published run-" in result.stdout
+    assert "step 1 of 2: reward" in result.stdout and "published run-" in result.stdout  # steps.step: 0, 1
     assert "greedy accuracy on the 100 problems" in result.stdout  # validation before and after
     assert "demo finished" in result.stdout
 

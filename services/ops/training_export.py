@@ -41,10 +41,8 @@ def selection(
     if mode:
         parts.append("mode = $mode")
         params["mode"] = mode
-    if run:  # rollouts pinned to a version that one of the run's steps published
-        parts.append(
-            "rollout_id IN (SELECT rollout_id FROM rollouts JOIN steps USING (resources_id) WHERE run_id = $run)"
-        )
+    if run:  # the rollouts the run's steps sampled: the selection of `train --offline --from-run` (offline_rows.sql)
+        parts.append("rollout_id IN (SELECT unnest(rollout_ids) FROM step_batches WHERE run_id = $run)")
         params["run"] = run
     if versions:
         match = re.fullmatch(r"(\d+)(?:\.\.(\d+))?", versions.strip())

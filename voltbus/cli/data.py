@@ -105,7 +105,9 @@ def export_training(
     fmt: Annotated[str, typer.Option("--format", help="parquet (every column) or jsonl (OpenAI fine-tuning)")],
     table: Annotated[str, typer.Option(help="triplets or trajectories")] = "triplets",
     where: Annotated[str | None, typer.Option(help="SQL condition on the table's columns")] = None,
-    run: Annotated[str | None, typer.Option(help="rollouts pinned to versions this run published")] = None,
+    run: Annotated[
+        str | None, typer.Option(help="the rollouts this run's steps sampled (as train --offline --from-run)")
+    ] = None,
     mode: Annotated[str | None, typer.Option(help="train, val or test")] = None,
     versions: Annotated[str | None, typer.Option(help="resources version N or LOW..HIGH")] = None,
     db: Annotated[Path | None, typer.Option("--db", help="export from this file (no projector may hold it)")] = None,

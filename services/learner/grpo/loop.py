@@ -156,7 +156,7 @@ class GRPO:
             ahead = (lambda n=step + 1, v=resources_id: begin(n, v)) if s.overlap and step + 1 < s.steps else None
             resources_id, metrics, pending = await self.step(session, actor, batch, resources_id, ahead, say)
             say(
-                f"step {step + 1}/{s.steps}: reward {metrics['reward_mean']:.3f} ± {metrics['reward_std']:.3f} "
+                f"step {step} of {s.steps}: reward {metrics['reward_mean']:.3f} ± {metrics['reward_std']:.3f} "
                 f"over {int(metrics['rollouts_trained'])} rollouts, {int(metrics['tokens'])} tokens, "
                 f"published {resources_id} in {metrics['time_step_s']:.1f}s (sampling {metrics['time_sample_s']:.1f}, "
                 f"rows {metrics['time_query_s']:.1f}, update {metrics['time_update_s']:.1f}, "

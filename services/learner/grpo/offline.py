@@ -106,7 +106,7 @@ async def train_offline(
                 published = await GRPO(s).publish(session, weights, sha)
             await session.complete_step(step, {**stats, "rollouts_trained": float(len(chosen))}, published)
             curve.append({"step": step, "weights_sha256": sha, **stats})
-            say(f"offline step {step + 1}/{len(batches)}: loss {stats['loss']:.4f}, clip {stats['clip_fraction']:.2f}")
+            say(f"offline step {step} of {len(batches)}: loss {stats['loss']:.4f}, clip {stats['clip_fraction']:.2f}")
         await session.finish("succeeded")
         return {
             "run_id": run_id,

@@ -68,6 +68,11 @@ def example(request: str | None, response: str | None) -> dict[str, Any] | None:
     {'prompt': '2+2=', 'completion': '4'}
     >>> example('{"prompt": [1, 2]}', '{"choices": [{"text": "4"}]}') is None  # token ids, no text
     True
+    >>> reply = '{{"choices": [{{"message": {{"role": "assistant", "content": {}}}}}]}}'
+    >>> [example('{"messages": []}', reply.format(c)) for c in ('""', '" "', "null")]
+    [None, None, None]
+    >>> example('{"prompt": "2+2="}', '{"choices": [{"text": ""}]}') is None  # an empty reply teaches nothing
+    True
     """
     try:
         body, answer = json.loads(request or "null"), json.loads(response or "null")
@@ -78,11 +83,12 @@ def example(request: str | None, response: str | None) -> dict[str, Any] | None:
         return None
     if isinstance(body.get("messages"), list) and isinstance(choice.get("message"), dict):
         reply = {k: v for k, v in choice["message"].items() if k in ASSISTANT_KEYS and v is not None}
-        if reply.get("content") is None and not reply.get("tool_calls"):
-            return None
+        content = reply.get("content")
+        if not (isinstance(content, str) and content.strip()) and not reply.get("tool_calls"):
+            return None  # no text and no tool call: an empty assistant reply is no example
         line: dict[str, Any] = {"messages": [*body["messages"], {"role": "assistant", **reply}]}
         return line | ({"tools": body["tools"]} if body.get("tools") else {})
-    if isinstance(body.get("prompt"), str) and isinstance(choice.get("text"), str):
+    if isinstance(body.get("prompt"), str) and isinstance(choice.get("text"), str) and choice["text"].strip():
         return {"prompt": body["prompt"], "completion": choice["text"]}
     return None
 

@@ -18,7 +18,8 @@ from .test_runner import AGENTS, run_until_done
 
 
 def test_an_agent_module_in_the_current_folder_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "room_i28.py").write_text("import voltbus as agl\n\n@agl.rollout\ndef agent(task, prompt_template):\n    return 1.0\n")
+    code = "import voltbus as agl\n\n@agl.rollout\ndef agent(task, prompt_template):\n    return 1.0\n"
+    (tmp_path / "room_i28.py").write_text(code)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     assert load_agent("room_i28:agent") is not None

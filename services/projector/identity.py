@@ -75,6 +75,11 @@ async def check(settings: Settings) -> str:
             answer = await client.get(f"{url}/identity", headers=settings.projector.auth_headers)
     except httpx.TransportError:
         return f"projector {url}"  # nothing answers: the query says so, with its hint
+    if answer.status_code in (401, 403):
+        raise InvalidCommand(
+            f"the projector at {url} refused the SQL token (HTTP {answer.status_code}): set VOLTBUS_PROJECTOR__TOKEN "
+            "(compose and voltbus up: source admin.env)"
+        )
     if answer.status_code != 200:
         raise InvalidCommand(
             f"{url} is not a voltbus projector that answers /identity (HTTP {answer.status_code}): "

@@ -20,11 +20,12 @@ from .workload import write
 
 
 @asynccontextmanager
-async def projector(nats: NatsSettings, db: Path) -> AsyncIterator[str]:
+async def projector(nats: NatsSettings, db: Path, token: str | None = None) -> AsyncIterator[str]:
     """A projector of ``nats``'s namespace serving SQL; yields its URL."""
     port = free_port()
     stop, ready = asyncio.Event(), asyncio.Event()
-    serving = asyncio.create_task(run(Settings(nats=nats, projector=ProjectorSettings(db=db, port=port)), stop, ready))
+    cfg = ProjectorSettings(db=db, port=port, token=token)
+    serving = asyncio.create_task(run(Settings(nats=nats, projector=cfg), stop, ready))
     try:
         await asyncio.wait_for(ready.wait(), 30)
         yield f"http://127.0.0.1:{port}"
@@ -102,3 +103,19 @@ async def test_something_else_on_the_projector_port_is_refused(nats_settings: Na
     finally:
         server.should_exit = True
         await serving
+
+
+async def test_a_missing_token_is_named(nats_settings: NatsSettings, tmp_path: Path) -> None:
+    async with projector(nats_settings, tmp_path / "p.duckdb", token="s3cret-token-for-sql") as url:
+        refused = await cli("sql", "SELECT 1", "--projector-url", url, env=env_of(nats_settings))
+        allowed = await cli(
+            "sql",
+            "SELECT 1",
+            "--projector-url",
+            url,
+            env=env_of(nats_settings) | {"VOLTBUS_PROJECTOR__TOKEN": "s3cret-token-for-sql"},
+        )
+    assert (
+        refused.returncode == 1 and "refused the SQL token (HTTP 401): set VOLTBUS_PROJECTOR__TOKEN" in refused.stderr
+    )
+    assert allowed.returncode == 0, allowed.stderr

@@ -16,7 +16,7 @@ from voltbus.services.learner.session import Session, new_run_id
 from voltbus.services.settings import LearnerSettings, Settings
 from voltbus.store import connect
 
-from .system import local_system
+from .system import local_system, run_group
 
 
 class TrainerView(Protocol):
@@ -63,7 +63,10 @@ class GRPO:
         base = trainer.settings.model_copy(deep=True)
         base.learner = base.learner.model_copy(update=self.overrides)
         run_id = base.learner.run_id or new_run_id()
-        async with bus(base, trainer.say) as settings, local_system(settings, agent, trainer.n_runners) as wired:
+        async with (
+            bus(base, trainer.say) as settings,
+            local_system(settings, agent, trainer.n_runners, run_group(settings)) as wired,
+        ):
             store = await connect(settings=wired.nats, name="voltbus-learner")
             store.runner_group = wired.runner.group  # the run's rollouts go to the runners of ``local_system`` only
             session = Session(store, run_id, wired.projector)
@@ -92,7 +95,7 @@ class Baseline:
         """Evaluate ``train`` (and ``val``) with the trainer's initial resources."""
         async with (
             bus(trainer.settings, trainer.say) as settings,
-            local_system(settings, agent, trainer.n_runners) as s,
+            local_system(settings, agent, trainer.n_runners, run_group(settings)) as s,
         ):
             store = await connect(settings=s.nats, name="voltbus-baseline")
             store.runner_group = s.runner.group

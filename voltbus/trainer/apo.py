@@ -25,7 +25,7 @@ from voltbus.services.settings import Settings
 from voltbus.store import connect
 
 from .algorithms import TrainerView, bus
-from .system import local_system
+from .system import local_system, run_group
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -57,7 +57,7 @@ class APO(SearchSettings):
         seed = self.check(trainer.initial_resources, train, val)  # before the system starts
         async with (
             bus(trainer.settings, trainer.say) as settings,
-            local_system(settings, agent, trainer.n_runners) as s,
+            local_system(settings, agent, trainer.n_runners, run_group(settings)) as s,
         ):
             return await self._search(s, seed, trainer.initial_resources, train, val, trainer.say)
 
@@ -86,6 +86,7 @@ class APO(SearchSettings):
     ) -> dict[str, Any]:  # fmt: skip
         run_id = self.run_id or new_run_id()
         store = await connect(settings=s.nats, name="voltbus-apo")
+        store.runner_group = s.runner.group  # the runners of its own local_system (Trainer), or the default group
         session = Session(store, run_id, s.projector)
         critic = Critic(self.critic_llm(), self.temperature, self.max_retries)
         try:

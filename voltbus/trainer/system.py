@@ -54,14 +54,24 @@ def _inference_app() -> Any:
     return build_app
 
 
+def run_group(settings: Settings) -> str:
+    """The runner group of one ``Trainer`` call: ``runner.group`` when set, else a new one, so that runners already
+    on the bus never serve its rollouts (docs/control-plane.md, "Runs sharing a bus")."""
+    return settings.runner.group or f"trainer-{uuid.uuid4().hex[:12]}"
+
+
 @asynccontextmanager
-async def local_system(settings: Settings, agent: Any, n_runners: int = 8) -> AsyncIterator[Settings]:
+async def local_system(
+    settings: Settings, agent: Any, n_runners: int = 8, group: str | None = None
+) -> AsyncIterator[Settings]:
     """Run every service but the learner in this process until the block ends; yields the wired settings.
-    Without ``learner.model_dir`` there is no model to serve: no inference server and no gateway."""
+    Without ``learner.model_dir`` there is no model to serve: no inference server and no gateway. The runners
+    serve ``group`` (default: ``runner.group``, the yielded settings' too): a caller's store client enqueues into
+    it with ``store.runner_group = settings.runner.group``."""
     cfg = settings.learner
     scratch = tempfile.TemporaryDirectory(prefix="voltbus-run-")  # the projection: rebuilt from the log at will
     s = local_settings(settings, cfg.model_dir, cfg.served_model_name, Path(scratch.name))
-    group = s.runner.group or f"trainer-{uuid.uuid4().hex[:12]}"  # runners already on the bus never serve this run
+    group = s.runner.group if group is None else group
     s.runner = s.runner.model_copy(update={"slots": n_runners, "claim_wait_s": 0.2, "group": group})
     stop = asyncio.Event()
     inference_app = None

@@ -25,7 +25,7 @@ matching AS (
 ),
 
 page AS (
-    SELECT state, row_number() OVER (ORDER BY {order}) AS page_position FROM matching
+    SELECT state, last_seq, row_number() OVER (ORDER BY {order}) AS page_position FROM matching
     ORDER BY page_position
     LIMIT $limit OFFSET $offset
 ),
@@ -193,3 +193,9 @@ final AS (
 )
 
 SELECT * FROM final;
+
+-- name: statistics
+-- Agent Lightning's statistics() counts that the log's subjects cannot give: attempts and spans, as projected.
+SELECT
+    (SELECT count(*) FROM attempts) AS total_attempts,
+    (SELECT count(*) FROM spans) AS total_spans;

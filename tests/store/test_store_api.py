@@ -804,7 +804,7 @@ async def test_wait_for_rollouts_unknown_raises(store: Store) -> None:
 
 def checked_all(monkeypatch: pytest.MonkeyPatch, store: Store, ids: list[str]) -> asyncio.Event:
     """An event set once the store has read every one of ``ids`` (the waiter's first check is done)."""
-    checked, seen, read = asyncio.Event(), set(), store._state
+    checked, seen, read = asyncio.Event(), set(), store._state_at
 
     async def spy(rollout_id: str):  # type: ignore[no-untyped-def]
         state = await read(rollout_id)
@@ -813,7 +813,7 @@ def checked_all(monkeypatch: pytest.MonkeyPatch, store: Store, ids: list[str]) -
             checked.set()
         return state
 
-    monkeypatch.setattr(store, "_state", spy)
+    monkeypatch.setattr(store, "_state_at", spy)
     return checked
 
 

@@ -11,7 +11,7 @@ from voltbus.services.eventlog import EventLog, unsubscribe
 from voltbus.services.settings import NatsSettings, Settings
 
 from .dispatch import DispatchMethods
-from .queries import QueryMethods
+from .queries import ProjectorUnavailable, QueryMethods
 from .resources import ResourceMethods
 from .rollouts import RolloutMethods
 from .spans import SpanMethods
@@ -53,15 +53,22 @@ class Store(RolloutMethods, DispatchMethods, SpanMethods, ResourceMethods, Worke
         await self.close()
 
     async def statistics(self) -> dict[str, Any]:
-        """Counts of what the log holds (rollouts, resources, workers, spans) and stream sizes."""
+        """Counts of what the log holds (rollouts, resources, workers, span events) and stream sizes, with Agent
+        Lightning's ``total_attempts`` and ``total_spans`` from the projector (None, and ``projector`` saying why,
+        when none answers)."""
         js, topo = self.log.js, self.topology
         ctrl = await js.stream_info(topo.control_stream, subjects_filter=f"{topo.namespace}.>")
         subjects = ctrl.state.subjects or {}
         rollouts = {s.split(".")[2] for s in subjects if s.split(".")[1] == "ro"}
         spans = await js.stream_info(topo.spans_stream)
+        try:
+            projected: dict[str, Any] = await self.projected_counts()
+        except ProjectorUnavailable as exc:  # the log's counts still answer; the two the projection gives say why not
+            projected = {"total_attempts": None, "total_spans": None, "projector": str(exc)}
         return {
             "name": type(self).__name__,
             "total_rollouts": len(rollouts),
+            **projected,
             "total_resources": sum(1 for s in subjects if s.split(".")[1] == "res"),
             "total_workers": sum(1 for s in subjects if s.split(".")[1] == "wk"),
             "total_span_events": spans.state.messages,

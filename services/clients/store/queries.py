@@ -19,7 +19,9 @@ from voltbus.projections.ipc import from_ipc
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.schemas.resources import Resource
 from voltbus.schemas.spans import SpanEventInfo, SpanStatus
+from voltbus.schemas.workers import flat_stats
 from voltbus.services.lifecycle import RolloutState
+from voltbus.services.lifecycle.state import TERMINAL_ROLLOUT
 
 from .base import StoreBase
 from .types import Attempt, PaginatedResult, ResourcesUpdate, Rollout, Span, Worker
@@ -134,9 +136,15 @@ class QueryMethods(StoreBase):
     ) -> tuple[list[dict[str, Any]], int]:
         sql = _QUERIES[name].replace("{order}", order)
         params = {**params, "limit": None if limit < 0 else limit, "offset": max(offset, 0)}
+        rows = await self._rows(sql, params)
+        total = int(rows[0]["total"]) if rows else 0
+        return [r for r in rows if r.get("page_position") is not None], total
+
+    async def _rows(self, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The rows of ``sql`` once the projector has applied this client's writes and the ends it has seen."""
         deadline = self.settings.query_timeout_s
-        written = {s: n for s, n in self.log.written.items() if n}  # naming spans also waits for held training rows
-        body = {"sql": sql, "params": params, "min_seq": written, "timeout": deadline}
+        # naming spans also waits for held training rows
+        body = {"sql": sql, "params": params, "min_seq": self.floors(), "timeout": deadline}
         url = self.projector_url.rstrip("/") + "/sql"
         try:
             headers = {"Authorization": f"Bearer {self.projector_token}"} if self.projector_token else None
@@ -147,9 +155,12 @@ class QueryMethods(StoreBase):
             raise ProjectorUnavailable(self._behind(url, response.json().get("error", "")))
         if response.status_code != 200:
             raise InvalidCommand(response.json().get("error", response.text))
-        rows = from_ipc(response.content).to_pylist()
-        total = int(rows[0]["total"]) if rows else 0
-        return [r for r in rows if r.get("page_position") is not None], total
+        return from_ipc(response.content).to_pylist()
+
+    async def projected_counts(self) -> dict[str, int]:
+        """Attempts and spans in the projection (Agent Lightning's ``total_attempts``, ``total_spans``)."""
+        [row] = await self._rows(_QUERIES["statistics"], {})
+        return {"total_attempts": int(row["total_attempts"]), "total_spans": int(row["total_spans"])}
 
     def _behind(self, url: str, error: str) -> str:
         """Why a query gave up waiting for this client's writes to reach the projection."""
@@ -178,6 +189,9 @@ class QueryMethods(StoreBase):
             "query_rollouts", order_clause("query_rollouts", sort_by, sort_order), params, limit, offset
         )
         items = [rollout_view(_state.decode(r["state"])) for r in rows]
+        ended = [r["last_seq"] for r, rollout in zip(rows, items, strict=True) if rollout.status in TERMINAL_ROLLOUT]
+        if ended:
+            await self.saw_ended(max(ended))
         return PaginatedResult(items=items, limit=limit, offset=offset, total=total)
 
     async def query_attempts(
@@ -315,7 +329,7 @@ class QueryMethods(StoreBase):
             Worker(
                 worker_id=r["worker_id"],
                 status=r["status"],
-                heartbeat_stats=json.loads(r["heartbeat_stats"]) if r["heartbeat_stats"] else None,
+                heartbeat_stats=flat_stats(json.loads(r["heartbeat_stats"])) if r["heartbeat_stats"] else None,
                 last_heartbeat_time=r["last_heartbeat_time"],
                 last_dequeue_time=r["last_dequeue_time"],
                 last_busy_time=r["last_busy_time"],

@@ -199,3 +199,13 @@ SELECT * FROM final;
 SELECT
     (SELECT count(*) FROM attempts) AS total_attempts,
     (SELECT count(*) FROM spans) AS total_spans;
+
+-- name: spans_of_finished
+-- Every span of a few finished rollouts, fetched together by a store client when its caller asks for the spans of
+-- one of them (Agent Lightning's algorithms query each finished rollout's spans in turn); with whether the span's
+-- attempt is its rollout's latest, in query_spans's default order within each rollout.
+SELECT spans.*, spans.attempt_id IS NOT DISTINCT FROM rollouts.latest_attempt_id AS latest
+FROM spans
+JOIN rollouts USING (rollout_id)
+WHERE list_contains($rollout_ids, spans.rollout_id)
+ORDER BY spans.rollout_id, spans.sequence_id NULLS LAST, spans.seq, spans.seq_index;

@@ -13,7 +13,8 @@ Two deliberate differences, neither changing the work done:
 - Random strings are hex from ``randbytes`` (C speed), so generating them costs little of the
   two cores; AL's helper is not in the stored sources, so its generator is not known.
 
-The scenario knobs come from the environment of the runner process (``BENCH_MAX_ROUNDS``,
+With ``BENCH_AGL=agentlightning`` in the environment it imports ``agentlightning`` instead (Agent Lightning's side
+of ``bench_al_pattern``). The scenario knobs come from the environment of the runner process (``BENCH_MAX_ROUNDS``,
 ``BENCH_SLEEP_S``), read when this module is imported, or from :func:`configure` in-process.
 """
 
@@ -27,7 +28,13 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer as OtelTracer
 
-import voltbus as agl  # was: import agentlightning as agl
+if os.environ.get("BENCH_AGL") == "agentlightning":  # the same agent on Agent Lightning itself (bench_al_pattern)
+    import agentlightning as agl
+    from agentlightning.utils.otel import get_tracer as _al_tracer
+else:
+    import voltbus as agl  # was: import agentlightning as agl
+
+    _al_tracer = None
 
 MAX_ROUNDS = int(os.environ.get("BENCH_MAX_ROUNDS", "4"))
 SLEEP_S = float(os.environ.get("BENCH_SLEEP_S", "0.1"))
@@ -48,6 +55,8 @@ def get_tracer() -> OtelTracer:
     In a runner that is the active LogTracer's tracer; with no store (a DummyTracer active) it is an
     SDK tracer that exports nothing.
     """
+    if _al_tracer is not None:
+        return _al_tracer()
     return getattr(agl.get_active_tracer(), "otel", None) or _unexported
 
 

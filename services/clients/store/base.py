@@ -15,6 +15,8 @@ from voltbus.services.lifecycle.authority import Holder
 from voltbus.services.lifecycle.signing import SigningDecider
 from voltbus.services.settings import NatsSettings
 
+from .finished import FinishedSpans
+
 
 def new_id(prefix: str, hex_digits: int) -> str:
     """A random id in Agent Lightning's shape, e.g. ``ro-1a2b3c4d5e6f``."""
@@ -36,16 +38,19 @@ class StoreBase:
         self.holder = Holder()
         """This client's signing key (in memory only): the attempts it claims only it may start, end or update."""
         self._decider = SigningDecider(self.holder)
+        self.finished = FinishedSpans()
+        """Rollouts seen finished, whose spans a query fetches together (``finished.py``)."""
         self.seen: dict[str, int] = {}
         """Stream positions every query waits for besides this client's writes: the end of each rollout this
         client has seen finished, and the spans acknowledged before it (see ``saw_ended``)."""
 
-    async def saw_ended(self, seq: int) -> None:
+    async def saw_ended(self, seq: int, rollout_ids: list[str]) -> None:
         """Note that a read reported a rollout finished by control sequence ``seq``: from now on a query waits until the
         projector has applied it and every span stored by then. A runner acknowledges an attempt's spans before it
         ends the attempt, so they all sit at or before the spans stream's last sequence read after the end was seen
         (Agent Lightning's pattern: wait for rollouts, then query their spans). One request, only for an end past
         what was noted before."""
+        self.finished.saw(rollout_ids)
         if seq <= self.seen.get("control", 0):
             return
         spans = (await self.log.js.stream_info(self.topology.spans_stream)).state.last_seq

@@ -293,7 +293,7 @@ class RolloutMethods(StoreBase):
         """The rollout with its latest attempt, or None when it does not exist."""
         state, seq = await self.log.load(decider, rollout_id)
         if decider.is_terminal(state):
-            await self.saw_ended(seq)  # a query after it sees the end and the spans (Agent Lightning's pattern)
+            await self.saw_ended(seq, [rollout_id])  # a query after it sees the end and the spans
         return rollout_view(state) if state.status is not None else None
 
     async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:

@@ -38,7 +38,7 @@ class WaitMethods(StoreBase):
                 async with asyncio.timeout(timeout):
                     last = max(last, await self._follow_until_done(wanted, done, start))
         if last:
-            await self.saw_ended(last)
+            await self.saw_ended(last, list(done))
         return [rollout_view(done[rid]) for rid in wanted if rid in done]
 
     async def _follow_until_done(self, wanted: list[str], done: dict[str, RolloutState], start: int) -> int:

@@ -457,3 +457,39 @@ async def test_statistics_without_a_projector_say_why_two_counts_are_missing(nat
         assert "start `voltbus projector`" in stats["projector"]
     finally:
         await store.close()
+
+
+async def test_spans_of_rollouts_seen_finished_are_fetched_together_and_match_one_query_each(
+    nats_settings: NatsSettings, tmp_path: Path
+) -> None:
+    """Agent Lightning's algorithms query the spans of each finished rollout in turn: the first query fetches those of
+    every rollout seen finished with it, and each answer is what a query of that rollout alone gives."""
+    async with projector(nats_settings, tmp_path / "p.duckdb") as url:
+        worker = await connect(settings=nats_settings)
+        reader, alone = [await connect(settings=nats_settings, projector_url=url) for _ in range(2)]
+        try:
+            ids = []
+            for n in range(4):
+                r = await worker.start_rollout(f"batched-{n}")
+                attempts = [r.attempt.attempt_id]
+                if n == 1:  # a second attempt: "latest" leaves out the first one's spans
+                    attempts.append((await worker.start_attempt(r.rollout_id)).attempt.attempt_id)
+                spans = [traced(r, a, 10 * i + k, ALPHA, None, True) for i, a in enumerate(attempts) for k in (2, 1)]
+                await worker.add_many_spans(spans)
+                await worker.update_attempt(r.rollout_id, attempts[-1], status="succeeded")
+                ids.append(r.rollout_id)
+            assert len(await reader.wait_for_rollouts(rollout_ids=ids, timeout=30)) == 4
+            first = await reader.query_spans(ids[0], "latest")
+            assert set(reader.finished.fetched) == set(ids[1:])  # one fetch for all four
+            answers = [first] + [await reader.query_spans(rid, "latest") for rid in ids[1:]]
+            everything = await reader.query_spans(ids[1])  # asked again: from the projector, every attempt
+            assert not reader.finished.fetched
+            await alone.wait_for_rollouts(rollout_ids=ids[:1], timeout=30)  # its queries wait for the same ends
+            for rid, got in zip(ids, answers, strict=True):
+                assert got.items == (await alone.query_spans(rid, "latest")).items and got.total == len(got.items)
+            assert [s.sequence_id for s in answers[1].items] == [11, 12]
+            assert [s.sequence_id for s in everything.items] == [1, 2, 11, 12]
+            assert (await reader.query_spans(ids[2], "latest", name="none")).total == 0  # a filter: never from a fetch
+        finally:
+            for client in (worker, reader, alone):
+                await client.close()

@@ -167,8 +167,8 @@ class QueryMethods(StoreBase):
     async def _rows(self, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """The rows of ``sql`` once the projector has applied this client's writes and the ends it has seen."""
         deadline = self.settings.query_timeout_s
-        # naming spans also waits for held training rows
-        body = {"sql": sql, "params": params, "min_seq": self.floors(), "timeout": deadline}
+        # no training table is read here: no wait for training rows of attempts that ended (``training``)
+        body = {"sql": sql, "params": params, "min_seq": self.floors(), "timeout": deadline, "training": False}
         url = self.projector_url.rstrip("/") + "/sql"
         try:
             headers = {"Authorization": f"Bearer {self.projector_token}"} if self.projector_token else None

@@ -38,6 +38,8 @@ class StoreBase:
         self.holder = Holder()
         """This client's signing key (in memory only): the attempts it claims only it may start, end or update."""
         self._decider = SigningDecider(self.holder)
+        self._finished_states: dict[str, tuple[RolloutState, int]] = {}
+        """Rollouts seen finished: (state, last sequence), oldest first (``waits.py``)."""
         self.finished = FinishedSpans()
         """Rollouts seen finished, whose spans a query fetches together (``finished.py``)."""
         self.seen: dict[str, int] = {}

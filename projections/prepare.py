@@ -51,6 +51,8 @@ class Cut(msgspec.Struct, kw_only=True):
     """Attempts whose training rows are taken away (they were ended before the batch)."""
     candidates: list[Key] = []
     """Attempts whose training rows are recomputed if they have ended (by then)."""
+    running: list[Key] = []
+    """Attempts of the rollouts a control batch changed that are in progress after it (the others are candidates)."""
 
 
 def cut_of(batch: Cut) -> dict[str, object]:
@@ -170,7 +172,9 @@ class Preparer:
                 log.exception("quarantined %s seq %d", stream, item.seq)
                 rows["quarantine"].append(parked(stream, unapplied(item, exc)))
         rows["activity_rows"] += activity.values()
-        ended = [(r, a.attempt_id) for r in touched for a in self.states[r].attempts if ended_status(a.status)]
+        attempts = [(r, a) for r in touched for a in self.states[r].attempts]
+        ended = [(r, a.attempt_id) for r, a in attempts if ended_status(a.status)]
+        running = [(r, a.attempt_id) for r, a in attempts if not ended_status(a.status)]
         self.positions[stream] = last
         return Rows(
             stream=stream,
@@ -181,6 +185,7 @@ class Preparer:
             folded=[(self.states[r], seq) for r, seq in touched.items()],
             cleared=sorted(cleared),
             candidates=ended + list(activity),
+            running=running,
         )
 
     def _telemetry(self, env: Envelope, rows: dict[str, list[Row]], activity: dict[Key, Row]) -> None:

@@ -241,3 +241,22 @@ async def test_a_query_naming_both_streams_waits_for_held_rows_and_one_naming_co
     progress("spans", 3, 0)
     assert await waiting  # ... until then
     projector.close()
+
+
+async def test_the_projector_keeps_in_memory_only_the_attempts_in_progress(store: Store, tmp_path: Path) -> None:
+    """Telemetry of an attempt in progress needs no training rows; the projector keeps those attempts (as many as run
+    at once), not every attempt that ever ended, and still retrains an ended attempt on late telemetry."""
+    expected = await written(store, tmp_path)
+    running = await store.start_rollout({"q": "still running"})
+    key = {(running.rollout_id, running.attempt.attempt_id)}
+    projector = Projector(tmp_path / "live.duckdb")
+    for event in await stored(store, "control"):
+        projector.apply("control", [event])
+    projector.apply("spans", await stored(store, "spans"))
+    projector.release_held()
+    assert projector.active == key  # the 8 ended attempts are not kept
+    assert dump(projector.con) == expected  # late rewards of ended attempts retrained all the same
+    projector.close()
+    reopened = Projector(tmp_path / "live.duckdb")
+    assert reopened.active == key
+    reopened.close()

@@ -180,6 +180,36 @@ async def openai_agent(task: dict[str, Any], llm: agl.LLM) -> float:
     return 1.0 if reply.choices[0].message.content == str(task["answer"]) else 0.0
 
 
+@agl.llm_rollout
+def raw_response_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    """Calls the model as langchain-openai does: ``with_raw_response.create``, then ``parse()``."""
+    import openai
+
+    client = openai.OpenAI(base_url=llm.endpoint, api_key="not-needed")
+    raw = client.chat.completions.with_raw_response.create(
+        model=llm.model, messages=[{"role": "user", "content": task["question"]}], logprobs=True
+    )
+    reply = raw.parse()
+    return 1.0 if raw.headers.get("content-type") and reply.choices[0].message.content == str(task["answer"]) else 0.0
+
+
+@agl.llm_rollout
+async def parse_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    """Structured outputs, as Agent Lightning's APO judge asks for them: ``chat.completions.parse``."""
+    import openai
+    import pydantic
+
+    class Answer(pydantic.BaseModel):
+        value: int
+
+    client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="not-needed")
+    reply = await client.chat.completions.parse(
+        model=llm.model, messages=[{"role": "user", "content": task["question"]}], response_format=Answer
+    )
+    parsed = reply.choices[0].message.parsed
+    return 1.0 if parsed is not None and parsed.value == task["answer"] else 0.0
+
+
 @agl.rollout
 async def sleeps_async(task: Any, prompt_template: agl.PromptTemplate) -> float:
     import asyncio

@@ -7,6 +7,7 @@ agent does with voltbus (resources, prompt template, emitters, reward) is as an 
 from __future__ import annotations
 
 import ast
+import contextlib
 import operator
 import os
 import signal
@@ -208,6 +209,35 @@ async def parse_agent(task: dict[str, Any], llm: agl.LLM) -> float:
     )
     parsed = reply.choices[0].message.parsed
     return 1.0 if parsed is not None and parsed.value == task["answer"] else 0.0
+
+
+_arrived: dict[str, tuple[list[str], Any]] = {}
+
+
+@agl.rollout
+async def global_otel_agent(task: dict[str, Any], prompt_template: agl.PromptTemplate) -> float:
+    """Traces with OpenTelemetry's global API, as third-party instrumentations do: two nested spans, started
+    once ``task["together"]`` rollouts of its group are inside (so concurrent rollouts interleave), and one
+    span from a thread that did not inherit the context (outside every attempt)."""
+    import asyncio
+
+    from opentelemetry import trace
+
+    tracer = trace.get_tracer("third-party")
+    arrived, everyone = _arrived.setdefault(task["group"], ([], asyncio.Event()))
+    arrived.append(task["question"])
+    if len(arrived) >= task["together"]:
+        everyone.set()
+    with contextlib.suppress(TimeoutError):  # the group's other rollouts run too (or it proceeds alone)
+        await asyncio.wait_for(everyone.wait(), 20)
+    with tracer.start_as_current_span("agent", attributes={"task": task["question"]}):
+        await asyncio.sleep(0)  # the other rollouts' spans start here, in between
+        with tracer.start_as_current_span("step", attributes={"task": task["question"]}):
+            await asyncio.sleep(0)
+            detached = threading.Thread(target=lambda: tracer.start_span("detached").end())
+            detached.start()
+            detached.join()
+    return 1.0
 
 
 @agl.rollout

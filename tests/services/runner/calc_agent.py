@@ -289,7 +289,7 @@ def agl_env_agent(task: dict[str, Any], prompt_template: agl.PromptTemplate) -> 
     import httpx
     import openai
 
-    key = os.environ["AGL_KEY"] or "none"
+    key = os.environ["AGL_KEY"]  # as AL 1.0's calc_x and gsm8k agents read it: the openai client refuses ""
     client = openai.OpenAI(base_url=os.environ["AGL_OPENAI_BASE_URL"], api_key=key)
     reply = client.chat.completions.create(model="any", messages=[{"role": "user", "content": task["question"]}])
     reward = 1.0 if reply.choices[0].message.content == str(task["answer"]) else 0.0

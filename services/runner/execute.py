@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 
 class MissingResources(VoltbusError):
-    """The rollout names a resources version the log does not have."""
+    """The rollout pins a resources version the log does not have."""
 
 
 CANCELLED = ErrorInfo(type="Cancelled", message="the runner stopped during the rollout")
@@ -37,14 +37,14 @@ CANCELLED = ErrorInfo(type="Cancelled", message="the runner stopped during the r
 
 
 async def resources_for(store: Store, rollout: AttemptedRollout) -> dict[str, Any]:
-    """The rollout's pinned resources (or the latest when it names none); MissingResources if absent."""
-    found = await (
-        store.get_resources_by_id(rollout.resources_id) if rollout.resources_id else store.get_latest_resources()
-    )
+    """The rollout's pinned resources, or the latest when it names none (none at all when none was published:
+    Agent Lightning 1.0 agents use none); MissingResources if the pinned version is absent."""
+    if not rollout.resources_id:
+        latest = await store.get_latest_resources()
+        return latest.resources if latest is not None else {}
+    found = await store.get_resources_by_id(rollout.resources_id)
     if found is None:
-        raise MissingResources(
-            f"rollout {rollout.rollout_id}: resources {rollout.resources_id or '(latest)'} not found"
-        )
+        raise MissingResources(f"rollout {rollout.rollout_id}: resources {rollout.resources_id} not found")
     return found.resources
 
 

@@ -286,6 +286,18 @@ async def raises_its_own_timeout(task: Any, prompt_template: agl.PromptTemplate)
 @agl.rollout
 def agl_env_agent(task: dict[str, Any], prompt_template: agl.PromptTemplate) -> None:
     """An Agent Lightning 1.0-style agent: it knows nothing but the three AGL_* variables."""
+    agl_env_call(task)
+
+
+@agl.rollout
+def agl_env_agent_without_resources(task: dict[str, Any], resources: agl.NamedResources) -> None:
+    """The same, run where no resources were ever published (AL 1.0 agents use none)."""
+    assert resources == {}, resources
+    agl_env_call(task)
+
+
+def agl_env_call(task: dict[str, Any]) -> None:
+    """Ask the gateway the question, post the reward to the events URL."""
     import httpx
     import openai
 

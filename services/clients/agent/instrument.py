@@ -32,10 +32,8 @@ def _dump(value: Any) -> Any:
     """The response as a dict: a model dumped; ``with_raw_response``'s ``LegacyAPIResponse`` parsed first (its
     body is read already, and ``parse()`` caches, so the agent's own ``parse()`` gets the same object); a
     ``with_streaming_response`` body, not read yet, is left to the agent (the span keeps the request)."""
-    from openai._legacy_response import LegacyAPIResponse
-
-    if isinstance(value, LegacyAPIResponse):
-        value = value.parse()
+    if type(value).__name__ == "LegacyAPIResponse" and callable(getattr(value, "parse", None)):
+        value = value.parse()  # by name: the class lives in a private module of the openai package
     if hasattr(value, "model_dump"):
         return value.model_dump()
     return value if isinstance(value, dict) else {}

@@ -86,14 +86,16 @@ async def connect(
     projector_token: str | None = None,
     name: str = "voltbus-store",
 ) -> Store:
-    """Connect a store client to the bus (``url`` overrides the settings' URL); ``projector_url`` is
+    """Connect a store client to the bus (``url`` overrides the settings' URL; without ``settings``, the
+    environment's, as every voltbus process reads them: ``VOLTBUS_NATS__NAMESPACE`` included); ``projector_url`` is
     where its query_* methods reach the running projector (default: ``VOLTBUS_PROJECTOR__URL``,
     ``http://127.0.0.1:8765``), with ``projector_token`` (default: ``VOLTBUS_PROJECTOR__TOKEN``)."""
-    settings = settings or NatsSettings()
+    environment = Settings()
+    settings = settings or environment.nats  # VOLTBUS_NATS__* (namespace, credentials) apply, as in every process
     if url:
         settings = settings.model_copy(update={"url": url})
     store = Store(await EventLog.connect(settings, name=name))
-    projector = Settings().projector
+    projector = environment.projector
     store.projector_url = projector_url or projector.url
     store.projector_token = projector_token or projector.token
     return store

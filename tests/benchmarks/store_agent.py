@@ -25,6 +25,7 @@ import os
 import random
 from typing import Any
 
+from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer as OtelTracer
 
@@ -50,14 +51,14 @@ def configure(max_rounds: int, sleep_s: float) -> None:
 
 
 def get_tracer() -> OtelTracer:
-    """AL's ``agentlightning.utils.otel.get_tracer()``: the OpenTelemetry tracer whose spans the runner stores.
-
-    In a runner that is the active LogTracer's tracer; with no store (a DummyTracer active) it is an
-    SDK tracer that exports nothing.
+    """AL's ``agentlightning.utils.otel.get_tracer()``: OpenTelemetry's global API, whose provider the runner (or
+    Agent Lightning's tracer) installs; with no store (no SDK provider installed) an SDK tracer that exports nothing.
     """
     if _al_tracer is not None:
         return _al_tracer()
-    return getattr(agl.get_active_tracer(), "otel", None) or _unexported
+    if isinstance(otel_trace.get_tracer_provider(), TracerProvider):  # a runner's: the spans reach its attempt
+        return otel_trace.get_tracer("store-bench")
+    return _unexported
 
 
 def _text(rng: random.Random, low: int, high: int) -> str:

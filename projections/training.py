@@ -170,7 +170,6 @@ def active_attempts(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block]) ->
     return set(rows)
 
 
-
 def _ended(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block], keys: list[Key]) -> list[dict[str, Any]]:
     """The attempts of ``keys`` no longer in progress, with their rollout's mode, input and metadata, in key order
     (two lookups by index, joined here)."""

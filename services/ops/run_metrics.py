@@ -12,6 +12,7 @@ import msgspec
 from nats.js.errors import NotFoundError
 
 from voltbus.schemas.errors import InvalidCommand
+from voltbus.schemas.subjects import check_token
 from voltbus.schemas.training import RunFinished, RunStarted, StepCompleted
 from voltbus.services.eventlog import BadEvent, Envelope, EventLog, connect
 from voltbus.services.settings import Settings
@@ -97,6 +98,7 @@ async def export_run(
     until the run finishes. InvalidCommand when the bus has no event of that run."""
     # It only reads (direct gets, an ephemeral ordered consumer): no stream is declared, so a read-only bus user
     # (the dashboard's) can run it.
+    check_token("run id", run_id)
     log = EventLog(await connect(settings.nats, "voltbus-metrics"), settings.nats)
     state, sink = Exported(run_id), None
     try:

@@ -189,3 +189,5 @@ def test_cli_writes_a_run_and_refuses_an_unknown_one(settings: Settings, tmp_pat
         f"voltbus: error: no voltbus log in namespace nosuch on the bus at {settings.nats.url} "
         "(no stream NOSUCH_CTRL; check --nats-url and VOLTBUS_NATS__NAMESPACE)"
     )
+    odd = subprocess.run([*cli, "--run", "a.b"], capture_output=True, text=True, env=env, timeout=120)
+    assert odd.returncode == 1 and odd.stderr.strip().startswith("voltbus: error: invalid run id 'a.b'")

@@ -175,6 +175,7 @@ CALL = """
 const row = document.querySelector('#rollout-detail tr.call');
 return row && {
   prompt: row.querySelector('td.prompt-text').innerText, response: row.querySelector('td.response-text').innerText,
+  markup: row.querySelectorAll('td.prompt-text b, td.response-text b').length,
   ids: row.querySelector('td.ids').innerText, visible: row.getBoundingClientRect().width > 0,
   head: document.querySelector('#rollout-head').innerText,
   total: document.querySelector('#rollout-detail .reward-total')?.dataset.total,
@@ -213,6 +214,7 @@ def test_the_page_answers_at_a_glance(live: dict[str, object], browser: WebDrive
         wait.until(lambda b: (drawn(b, CALL) or {}).get("head", "").startswith(live["shown"]))
         call = drawn(browser, CALL)
         assert call["prompt"] == f"user: {workload.PROMPT}" and call["response"] == workload.ANSWER
+        assert call["markup"] == 0  # a prompt's HTML is text on the page, not elements
         assert call["ids"] == "[101, 102, 103]" and call["visible"]
         assert float(call["total"]) == workload.ROLLOUT_REWARDS[0]
     finally:

@@ -36,7 +36,7 @@ STALE_AGE_S = 3600.0
 # (sampled by steps 1 and 2), version 3 was published by step 2 (sampled by step 3), 5 by step 4 (sampled by none).
 VALIDATION = [(f"{RUN}:1", [0.25, 0.75]), (f"{RUN}:3", [0.9, 0.7]), (f"{RUN}:5", [1.0, None])]
 VALIDATION_SHOWN = [(1, 0.5, "2 of 2"), (3, 0.8, "2 of 2"), (5, 1.0, "1 of 2")]  # step, mean reward, ended
-PROMPT = "What is 2+2?"
+PROMPT = "What is <b>2+2</b>?"  # shown as the text it is, never as markup
 ANSWER = "The answer is 4."
 
 

@@ -85,6 +85,7 @@ function drawQuality(rows) {
 }
 // The page opens on the newest run with data (steps or validation); a run the user picks stays.
 function drawRuns(runs) {
+  state.runs = runs;
   const select = $("#run-select");
   if (!state.picked || !runs.some((r) => r.run_id === state.run))
     state.run = (runs.find((r) => r.steps > 0 || r.validations > 0) || runs[0] || { run_id: "" }).run_id;
@@ -252,7 +253,11 @@ async function refresh() {
     if (state.rollout) { const ro = await get(`/api/rollout?rollout_id=${encodeURIComponent(state.rollout)}`); if (changed("rollout", ro)) drawRollout(ro); }
   } catch (err) { banner(err.state || "down", err.message); }
 }
-$("#run-select").addEventListener("change", (e) => { state.run = e.target.value; state.picked = true; refresh(); });
+$("#run-select").addEventListener("change", (e) => {
+  Object.assign(state, { run: e.target.value, picked: true });
+  drawRuns(state.runs || []);
+  refresh();
+});
 // A rollout id anywhere on the page (runners, failures) opens that rollout below.
 document.addEventListener("click", (e) => {
   const rid = e.target.closest && e.target.closest("[data-open]")?.dataset.open;

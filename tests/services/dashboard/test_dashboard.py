@@ -208,6 +208,13 @@ def test_the_page_answers_at_a_glance(live: dict[str, object], browser: WebDrive
         rows = browser.find_elements(By.CSS_SELECTOR, "#validation tr[data-version] td:nth-child(3)")
         assert [td.text for td in rows] == ended
 
+        picker = Select(browser.find_element(By.ID, "run-select"))
+        picker.select_by_value(workload.EMPTY_RUN)  # a run the user picks stays picked, even without data
+        wait.until(lambda b: b.find_element(By.CSS_SELECTOR, "#reward-chart text").text == "no data yet")
+        stamp = browser.find_element(By.ID, "updated").text
+        wait.until(lambda b: b.find_element(By.ID, "updated").text != stamp)  # a later poll
+        assert picker.first_selected_option.get_attribute("value") == workload.EMPTY_RUN
+
         browser.find_element(By.CSS_SELECTOR, "#failures a[data-open]").click()  # the failure opens its rollout
         wait.until(lambda b: b.find_element(By.ID, "rollout-head").text.split(":")[0] == failed_rollout(live))
         Select(browser.find_element(By.ID, "rollout-select")).select_by_value(live["shown"])

@@ -12,7 +12,7 @@ from voltbus.schemas.base import derive_id
 from voltbus.schemas.spans import ModelCalled, RewardReported, SpanRecorded, SpanStatus
 from voltbus.schemas.training import RunStarted, StepCompleted, StepStarted
 from voltbus.schemas.workers import WorkerStatusReported
-from voltbus.store import Store
+from voltbus.store import AttemptedRollout, Store
 
 ROLLOUTS = {"queuing": 2, "preparing": 2, "succeeded": 7, "failed": 1}  # with the validation rollouts
 ATTEMPTS = {"preparing": 2, "succeeded": 7, "failed": 1}
@@ -40,6 +40,15 @@ PROMPT = "What is <b>2+2</b>?"  # shown as the text it is, never as markup
 ANSWER = "The answer is 4."
 
 
+async def claim(store: Store) -> AttemptedRollout:
+    """The oldest queued rollout, claimed by ``WORKER``: a dequeue may find none yet on a busy machine (the
+    dispatch consumer has not delivered it), so it asks again until a deadline."""
+    deadline = time.monotonic() + 60
+    while (claimed := await store.dequeue_rollout(worker_id=WORKER)) is None:
+        assert time.monotonic() < deadline, "no queued rollout could be claimed in 60 s"
+    return claimed
+
+
 async def write(store: Store) -> dict[str, object]:
     """Write the workload; returns the ids the test looks for."""
     val = [
@@ -47,13 +56,13 @@ async def write(store: Store) -> dict[str, object]:
         for version, rewards in VALIDATION
         for n, reward in enumerate(rewards)
     ]
-    val_claims = [await store.dequeue_rollout(worker_id=WORKER) for _ in val]
+    val_claims = [await claim(store) for _ in val]
     assert [r.rollout_id for r in val_claims] == [r.rollout_id for r, _ in val]
     for r, (_, reward) in zip(val_claims, val, strict=True):
         if reward is not None:
             await store.update_attempt(r.rollout_id, r.attempt.attempt_id, status="succeeded")
     queued = [await store.enqueue_rollout(input={"i": i}) for i in range(6)]
-    claimed = [await store.dequeue_rollout(worker_id=WORKER) for _ in range(4)]
+    claimed = [await claim(store) for _ in range(4)]
     for r, status in zip(claimed[:3], ("succeeded", "succeeded", "failed"), strict=True):
         await store.update_attempt(r.rollout_id, r.attempt.attempt_id, status=status)
     await store.update_worker(WORKER, {"cpu_usage_pct": 5.0})

@@ -82,7 +82,7 @@ async def settle(agl: Any, store: Any, rollout: Any, task: str, tally: Tally) ->
         tally.bad.append(reason)
 
 
-async def enqueue(agl: Any, store: Any, tag: str, n: int, first: int) -> dict[str, str]:
+async def enqueue(agl: Any, store: Any, n: int, first: int) -> dict[str, str]:
     """Publish an LLM resource and enqueue ``n`` tasks one at a time, as AL's algorithm does; id -> task."""
     await store.add_resources({"llm": agl.LLM(endpoint=f"http://localhost:{first}/v1", model=f"test-model-{first}")})
     out = {}
@@ -93,10 +93,10 @@ async def enqueue(agl: Any, store: Any, tag: str, n: int, first: int) -> dict[st
     return out
 
 
-async def run_batch(agl: Any, store: Any, shape: Shape, tag: str, poll_s: float, tally: Tally) -> None:
+async def run_batch(agl: Any, store: Any, shape: Shape, poll_s: float, tally: Tally) -> None:
     submitted = 0
     while submitted < shape.rollouts:
-        wave = await enqueue(agl, store, tag, min(shape.batch, shape.rollouts - submitted), submitted)
+        wave = await enqueue(agl, store, min(shape.batch, shape.rollouts - submitted), submitted)
         submitted += len(wave)
         pending = dict(wave)
         while pending:
@@ -109,11 +109,11 @@ async def run_batch(agl: Any, store: Any, shape: Shape, tag: str, poll_s: float,
                 await asyncio.sleep(poll_s)
 
 
-async def run_queue(agl: Any, store: Any, shape: Shape, tag: str, poll_s: float, tally: Tally) -> None:
+async def run_queue(agl: Any, store: Any, shape: Shape, poll_s: float, tally: Tally) -> None:
     submitted, active = 0, {}
     while submitted < shape.rollouts or active:
         if submitted < shape.rollouts and len(active) < shape.in_flight:
-            active |= await enqueue(agl, store, tag, min(shape.batch, shape.rollouts - submitted), submitted)
+            active |= await enqueue(agl, store, min(shape.batch, shape.rollouts - submitted), submitted)
             submitted = min(shape.rollouts, submitted + shape.batch)
             continue
         rollouts = await store.query_rollouts(rollout_id_in=list(active))
@@ -125,10 +125,10 @@ async def run_queue(agl: Any, store: Any, shape: Shape, tag: str, poll_s: float,
             await asyncio.sleep(poll_s)
 
 
-async def run_pattern(agl: Any, store: Any, shape: Shape, tag: str, poll_s: float) -> Tally:
+async def run_pattern(agl: Any, store: Any, shape: Shape, poll_s: float) -> Tally:
     """Run the scenario's algorithm to the end; the clock runs from the first enqueue to the last check."""
     tally, start = Tally(), time.perf_counter()
     runner = run_batch if shape.mode == "batch" else run_queue
-    await runner(agl, store, shape, tag, poll_s, tally)
+    await runner(agl, store, shape, poll_s, tally)
     tally.seconds = time.perf_counter() - start
     return tally

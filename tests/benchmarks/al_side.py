@@ -2,7 +2,7 @@
 
 Run by ``bench_al_pattern`` with the Python of an environment holding ``agentlightning==0.3.0`` (``--al-python``),
 ``PYTHONPATH`` at this repository and ``BENCH_AGL=agentlightning``: ``python -m tests.benchmarks.al_side <shape>
-<poll_s> <store port>``. It starts ``agl store`` (the in-memory store, as AL's benchmark does), runs
+<poll_s> <store port> [rollouts]``. It starts ``agl store`` (the in-memory store, as AL's benchmark does), runs
 ``Trainer(n_runners=..., strategy={"type": "cs", "managed_store": False}).fit(agent)`` with the pattern as the
 algorithm, stops the store and prints one JSON line: the tally, the store's CPU seconds.
 """
@@ -16,11 +16,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 
 import agentlightning as agl
 
 from tests.benchmarks import store_agent
-from tests.benchmarks.al_pattern import SHAPES, Tally, run_pattern
+from tests.benchmarks.al_pattern import SHAPES, Shape, Tally, run_pattern
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -28,11 +29,11 @@ TICK = os.sysconf("SC_CLK_TCK")
 class Pattern(agl.Algorithm):
     """The shared pattern as an Agent Lightning algorithm."""
 
-    def __init__(self, shape_name: str, poll_s: float) -> None:
-        self.shape, self.poll_s, self.tally = SHAPES[shape_name], poll_s, Tally()
+    def __init__(self, shape: Shape, poll_s: float) -> None:
+        self.shape, self.poll_s, self.tally = shape, poll_s, Tally()
 
     async def run(self, train_dataset=None, val_dataset=None) -> None:  # type: ignore[no-untyped-def]
-        self.tally = await run_pattern(agl, self.get_store(), self.shape, "al", self.poll_s)
+        self.tally = await run_pattern(agl, self.get_store(), self.shape, self.poll_s)
 
 
 def cpu_of(pid: int) -> float:
@@ -44,7 +45,7 @@ def cpu_of(pid: int) -> float:
 
 def main() -> None:
     shape_name, poll_s, port = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-    shape = SHAPES[shape_name]
+    shape = replace(SHAPES[shape_name], rollouts=int(sys.argv[4])) if len(sys.argv) > 4 else SHAPES[shape_name]
     store_agent.configure(shape.rounds, shape.sleep_s)
     os.environ["BENCH_MAX_ROUNDS"], os.environ["BENCH_SLEEP_S"] = str(shape.rounds), str(shape.sleep_s)
     server = subprocess.Popen(
@@ -64,7 +65,7 @@ def main() -> None:
                 raise SystemExit("agl store did not start") from None
             time.sleep(0.2)
     ready_s = time.monotonic() - ready
-    algorithm = Pattern(shape_name, poll_s)
+    algorithm = Pattern(shape, poll_s)
     store = agl.LightningStoreClient(url)
     try:
         trainer = agl.Trainer(

@@ -174,7 +174,7 @@ async def voltbus_side(shape: Shape, poll_s: float, procs: int, slots: int, tag:
                 assert time.monotonic() < deadline, "no runner reported in 120 s"
                 await asyncio.sleep(0.1)
             cpu0 = time.process_time()
-            tally = await run_pattern(voltbus, store, shape, tag, poll_s)
+            tally = await run_pattern(voltbus, store, shape, poll_s)
             algo = time.process_time() - cpu0
             cpu = svc.cpu()
         finally:
@@ -188,7 +188,7 @@ def al_side(shape: Shape, poll_s: float, al_python: str) -> Result:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_AGL": "agentlightning"}
     env["BENCH_MAX_ROUNDS"], env["BENCH_SLEEP_S"] = str(shape.rounds), str(shape.sleep_s)
     done = subprocess.run(
-        [al_python, "-m", "tests.benchmarks.al_side", shape.name, str(poll_s), str(free_port())],
+        [al_python, "-m", "tests.benchmarks.al_side", shape.name, str(poll_s), str(free_port()), str(shape.rollouts)],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -245,7 +245,7 @@ def slots_of(shape: Shape) -> int:
 async def scenario(shape: Shape, opts: argparse.Namespace) -> list[list[Result]]:
     runs: list[list[Result]] = []
     for rep in range(opts.reps):
-        sides = ["al", "runners", "slots"] if opts.al_python else ["runners", "slots"]
+        sides = [side for side in opts.sides if side != "al" or opts.al_python]
         if rep % 2:
             sides.reverse()
         row = []
@@ -262,8 +262,9 @@ async def scenario(shape: Shape, opts: argparse.Namespace) -> list[list[Result]]
                 f"CPU {r.cpu_ms_per_rollout:.1f} ms/rollout { ({k: round(v, 1) for k, v in r.cpu.items()}) }",
                 flush=True,
             )
-        row.append(await no_store(shape, shape.runners))
-        row.append(await no_store(shape, 2 * slots_of(shape)))
+        if not opts.no_baseline:
+            row.append(await no_store(shape, shape.runners))
+            row.append(await no_store(shape, 2 * slots_of(shape)))
         runs.append(row)
     return runs
 
@@ -291,13 +292,14 @@ def main() -> None:
     parser.add_argument("--scenarios", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--poll-s", type=float, default=0.5, help="sleep after a poll that found nothing (AL: 5)")
-    parser.add_argument("--scale", type=int, default=1, help="multiply each scenario's rollouts")
+    parser.add_argument("--scale", type=int, nargs="+", default=[1], help="multiply each scenario's rollouts")
+    parser.add_argument("--sides", nargs="+", default=["al", "runners", "slots"], choices=["al", "runners", "slots"])
+    parser.add_argument("--no-baseline", action="store_true", help="skip the no-store runs")
     opts = parser.parse_args()
     for name in opts.scenarios:
-        shape = SHAPES[name]
-        if opts.scale != 1:
-            shape = Shape(**{**shape.__dict__, "rollouts": shape.rollouts * opts.scale})
-        summarize(shape, asyncio.run(scenario(shape, opts)))
+        for scale in opts.scale:
+            shape = Shape(**{**SHAPES[name].__dict__, "rollouts": SHAPES[name].rollouts * scale})
+            summarize(shape, asyncio.run(scenario(shape, opts)))
 
 
 if __name__ == "__main__":

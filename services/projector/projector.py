@@ -26,6 +26,7 @@ from voltbus.projections.rows import Row
 from voltbus.projections.safety import SAFETY
 from voltbus.schemas.errors import DecodeError
 from voltbus.services.eventlog import BadEvent, Envelope
+from voltbus.services.lifecycle import RolloutState
 
 log = logging.getLogger(__name__)
 
@@ -155,9 +156,17 @@ class Projector:
         folds: read from the database again after a batch prepared elsewhere, or a failed one)."""
         preparer = self._preparers.get(stream)
         if preparer is None:
-            states = load_states(self.stored_states()) if stream == "control" else {}
-            preparer = self._preparers[stream] = Preparer(self.positions, states)
+            loader = self._states_of if stream == "control" else None
+            preparer = self._preparers[stream] = Preparer(self.positions, {}, loader=loader)
         return preparer
+
+    def _states_of(self, rollout_ids: list[str]) -> dict[str, RolloutState]:
+        """The committed folds of ``rollout_ids`` (those stored), for the control preparer."""
+        cursor = self.con.cursor()
+        try:
+            return load_states(cursor.execute(self.blocks["states_of"].sql, {"rollout_ids": rollout_ids}).fetchall())
+        finally:
+            cursor.close()
 
     def stored_states(self) -> list[tuple[str, bytes]]:
         """Every rollout's folded state as the last commit stored it."""
@@ -257,6 +266,8 @@ class Projector:
             self.applied += prepared.count
             if preparer is None or preparer is not self._preparers.get(prepared.stream):
                 self._preparers.pop(prepared.stream, None)
+            elif preparer.positions[prepared.stream] == prepared.last:  # nothing prepared past what is committed
+                preparer.trim()
 
     def apply_together(self, batches: dict[str, list[Envelope | BadEvent] | Prepared]) -> bool:
         """Apply one batch of each stream in one transaction: a trickle on both streams then costs half the

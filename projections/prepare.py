@@ -11,11 +11,13 @@ from __future__ import annotations
 import collections
 import logging
 import zlib
+from collections.abc import Callable
 
 import msgspec
 import pyarrow as pa
 
 from voltbus.schemas import codec
+from voltbus.schemas.rollouts import RolloutQueued
 from voltbus.schemas.subjects import aggregate_of
 from voltbus.services.eventlog import BadEvent, Envelope, Passed
 from voltbus.services.lifecycle import RolloutState, decider
@@ -51,6 +53,8 @@ class Cut(msgspec.Struct, kw_only=True):
     """Attempts whose training rows are taken away (they were ended before the batch)."""
     candidates: list[Key] = []
     """Attempts whose training rows are recomputed if they have ended (by then)."""
+    running: list[Key] = []
+    """Attempts of the rollouts a control batch changed that are in progress after it (the others are candidates)."""
 
 
 def cut_of(batch: Cut) -> dict[str, object]:
@@ -97,6 +101,10 @@ def load_states(blobs: list[tuple[str, bytes]]) -> dict[str, RolloutState]:
     return {rid: _state_decoder.decode(blob) for rid, blob in blobs}
 
 
+STATES_KEPT = 65_536
+"""Folded rollout states a live projector's preparer keeps, the most recently changed: the others are read again from
+the database when an event of theirs comes, so that its memory does not grow with the log (issue 25)."""
+
 Part = tuple[int, int]
 """(index, count): which share of a stream a preparer prepares; (0, 1): all of it."""
 
@@ -127,10 +135,40 @@ class Preparer:
     spans by their shard subject (the feed leaves the others undecoded), rollout events by rollout,
     everything else (and the gaps) in share 0. The shares' tables together are one preparer's."""
 
-    def __init__(self, positions: dict[str, int], states: dict[str, RolloutState], part: Part = (0, 1)) -> None:
+    def __init__(
+        self,
+        positions: dict[str, int],
+        states: dict[str, RolloutState],
+        part: Part = (0, 1),
+        loader: Callable[[list[str]], dict[str, RolloutState]] | None = None,
+    ) -> None:
         self.positions = dict(positions)
         self.states = states
+        """Folded states, least recently changed first; with a ``loader`` only some (see ``trim``)."""
         self.part = part
+        self.loader = loader
+        """Where the states not kept are read from (the database's committed folds), for the rollouts of a batch."""
+
+    def trim(self) -> None:
+        """Forget the least recently changed states past ``STATES_KEPT``: only when a ``loader`` reads them again and
+        every batch prepared here is committed (what the loader reads is then what was forgotten)."""
+        while self.loader is not None and len(self.states) > STATES_KEPT:
+            self.states.pop(next(iter(self.states)))
+
+    def _load_missing(self, items: list[Envelope | BadEvent | Passed]) -> None:
+        """Read the states of the batch's rollouts that are not kept, in one query (a rollout queued in the batch
+        has none stored: its first event must be first, ``expected_seq=0``)."""
+        wanted: set[str] = set()
+        new: set[str] = set()
+        for item in items:
+            if not isinstance(item, Envelope) or (rid := aggregate_of(item.event)) is None or rid in self.states:
+                continue
+            if rid not in wanted and isinstance(item.event, RolloutQueued):
+                new.add(rid)
+            elif rid not in new:
+                wanted.add(rid)
+        if wanted and self.loader is not None:
+            self.states.update(self.loader(sorted(wanted)))
 
     def prepare(self, stream: str, items: list[Envelope | BadEvent | Passed]) -> Prepared | None:
         """The batch's tables (None: every item is at or below the stream's position)."""
@@ -144,6 +182,8 @@ class Preparer:
         items = [i for i in items if i.seq > self.positions[stream]]
         if not items:
             return None
+        if stream == "control" and self.loader is not None:
+            self._load_missing(items)
         index, count = self.part
         rows: dict[str, list[Row]] = collections.defaultdict(list)
         touched: dict[str, int] = {}
@@ -170,7 +210,9 @@ class Preparer:
                 log.exception("quarantined %s seq %d", stream, item.seq)
                 rows["quarantine"].append(parked(stream, unapplied(item, exc)))
         rows["activity_rows"] += activity.values()
-        ended = [(r, a.attempt_id) for r in touched for a in self.states[r].attempts if ended_status(a.status)]
+        attempts = [(r, a) for r in touched for a in self.states[r].attempts]
+        ended = [(r, a.attempt_id) for r, a in attempts if ended_status(a.status)]
+        running = [(r, a.attempt_id) for r, a in attempts if not ended_status(a.status)]
         self.positions[stream] = last
         return Rows(
             stream=stream,
@@ -181,6 +223,7 @@ class Preparer:
             folded=[(self.states[r], seq) for r, seq in touched.items()],
             cleared=sorted(cleared),
             candidates=ended + list(activity),
+            running=running,
         )
 
     def _telemetry(self, env: Envelope, rows: dict[str, list[Row]], activity: dict[Key, Row]) -> None:
@@ -207,6 +250,7 @@ class Preparer:
             return
         state = decider.evolve(before, env.event)  # type: ignore[arg-type]
         if state.status is not None:
+            self.states.pop(rollout_id, None)  # to the end: the most recently changed
             self.states[rollout_id] = state
             touched[rollout_id] = env.seq
 

@@ -48,3 +48,7 @@ INSERT OR REPLACE INTO attempts BY NAME SELECT * FROM batch;
 -- name: state_rows
 -- Keep the folded state of each touched rollout, so a restart resumes the fold.
 INSERT OR REPLACE INTO rollout_states BY NAME SELECT * FROM batch;
+
+-- name: states_of
+-- The stored folds of $rollout_ids (a live projector keeps only the most recently changed: prepare.STATES_KEPT).
+SELECT rollout_id, state FROM rollout_states WHERE rollout_id IN (SELECT unnest($rollout_ids));

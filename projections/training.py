@@ -63,16 +63,15 @@ def refresh(
     cleared: Iterable[Key],
     candidates: Iterable[Key],
     settings: AdapterSettings,
-    stored: Collection[Key],
 ) -> set[Key]:
     """Replace the training rows of the ``candidates`` that have ended (as the tables say, this transaction's
-    rows included) and take away those of ``cleared``; an attempt in progress has none. ``stored``: the
-    attempts that can have training rows now (every one ended as of the last commit), so that an attempt's
-    first rows cost no DELETEs. Returns the candidates that have ended."""
+    rows included) and take away those of ``cleared``; an attempt in progress has none. Only an attempt that has
+    rows (its ``training_attempts`` row, found by index) costs DELETEs. Returns the candidates that have ended."""
     keys = sorted(set(candidates))
     done = _ended(con, blocks, keys) if keys else []
     ended = {(d["rollout_id"], d["attempt_id"]) for d in done}
-    gone = sorted(set(cleared) | {k for k in ended if k in stored})
+    with_rows = {row[:2] for row in _of_keys(con, blocks["training_found_attempts"], ended)} if ended else set()
+    gone = sorted(set(cleared) | with_rows)
     if gone:
         _clear(con, blocks, gone)
     if not done:
@@ -124,7 +123,7 @@ def catch_up(
         part = ordered[start : start + chunk]
         con.begin()
         try:
-            refresh(con, blocks, [], part, settings, ())
+            refresh(con, blocks, [], part, settings)
             con.commit()
         except BaseException:
             con.rollback()
@@ -165,9 +164,9 @@ class Held:
         return any(seq <= control_seq for _, seq in self.ends.values())
 
 
-def ended_attempts(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block]) -> set[Key]:
-    """Every attempt no longer in progress, as the tables say."""
-    rows = con.execute(blocks["ended_attempts"].sql, {"active": sorted(ACTIVE_ATTEMPT)}).fetchall()
+def active_attempts(con: duckdb.DuckDBPyConnection, blocks: dict[str, Block]) -> set[Key]:
+    """Every attempt in progress, as the tables say (as many as run at once, not a history)."""
+    rows = con.execute(blocks["active_attempts"].sql, {"active": sorted(ACTIVE_ATTEMPT)}).fetchall()
     return set(rows)
 
 

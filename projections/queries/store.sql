@@ -25,7 +25,7 @@ matching AS (
 ),
 
 page AS (
-    SELECT state, row_number() OVER (ORDER BY {order}) AS page_position FROM matching
+    SELECT state, last_seq, row_number() OVER (ORDER BY {order}) AS page_position FROM matching
     ORDER BY page_position
     LIMIT $limit OFFSET $offset
 ),
@@ -193,3 +193,19 @@ final AS (
 )
 
 SELECT * FROM final;
+
+-- name: statistics
+-- Agent Lightning's statistics() counts that the log's subjects cannot give: attempts and spans, as projected.
+SELECT
+    (SELECT count(*) FROM attempts) AS total_attempts,
+    (SELECT count(*) FROM spans) AS total_spans;
+
+-- name: spans_of_finished
+-- Every span of a few finished rollouts, fetched together by a store client when its caller asks for the spans of
+-- one of them (Agent Lightning's algorithms query each finished rollout's spans in turn); with whether the span's
+-- attempt is its rollout's latest, in query_spans's default order within each rollout.
+SELECT spans.*, spans.attempt_id IS NOT DISTINCT FROM rollouts.latest_attempt_id AS latest
+FROM spans
+JOIN rollouts USING (rollout_id)
+WHERE list_contains($rollout_ids, spans.rollout_id)
+ORDER BY spans.rollout_id, spans.sequence_id NULLS LAST, spans.seq, spans.seq_index;

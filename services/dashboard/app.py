@@ -2,9 +2,10 @@
 
 ``GET /`` is the page (``static/index.html`` with its own small JS; no build step, nothing fetched from
 outside); with a token set, a browser signs in once at ``/?token=<token>`` (``/health`` needs none).
-The page polls ``/api/overview`` (rollout and attempt statuses, workers, runs, data quality),
-``/api/run?run_id=`` (reward and staleness per step, reward per resources version),
-``/api/rollouts`` (the picker) and ``/api/rollout?rollout_id=`` (spans, model calls, rewards).
+The page polls ``/api/overview`` (rollout and attempt statuses, live and stale runners, runs, failures, data
+quality), ``/api/run?run_id=`` (sampled reward and staleness per step, validation reward, reward per resources
+version), ``/api/rollouts`` (the picker) and ``/api/rollout?rollout_id=`` (spans, model calls as text and token
+ids, rewards).
 Each answers 503 with ``{"state": "down"}`` while no projector answers.
 """
 

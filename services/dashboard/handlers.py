@@ -14,6 +14,7 @@ from voltbus.schemas import is_token
 from voltbus.schemas.errors import InvalidId
 
 from .reader import Projections, ProjectorDown, QueryFailed
+from .texts import prompt_text, response_text
 
 STATIC = Path(__file__).parent / "static"
 Handler = Callable[[Request], Awaitable[Response]]
@@ -77,13 +78,16 @@ async def config(request: Request) -> Response:
 
 @answering
 async def overview(request: Request, db: Projections) -> dict[str, object]:
-    """Statuses, runner health, runs, data quality and the projection's health (quarantine, gaps,
+    """Statuses, runner health, runs, failures, data quality and the projection's health (quarantine, gaps,
     divergences): everything that is not one run or one rollout."""
-    rollouts, attempts, workers, runs, quality, [health] = await asyncio.gather(
+    stale_s = request.app.state.settings.stale_s
+    rollouts, attempts, workers, runs, failures, causes, quality, [health] = await asyncio.gather(
         db.rows("rollout_statuses"),
         db.rows("attempt_statuses"),
-        db.rows("workers", now=time.time()),
+        db.rows("workers", now=time.time(), stale_s=stale_s),
         db.rows("runs"),
+        db.rows("failures"),
+        db.rows("failure_causes"),
         db.rows("data_quality"),
         db.rows("log_health"),
     )
@@ -92,7 +96,10 @@ async def overview(request: Request, db: Projections) -> dict[str, object]:
         "rollouts": rollouts,
         "attempts": attempts,
         "workers": workers,
+        "stale_s": stale_s,
         "runs": runs,
+        "failures": failures,
+        "failure_causes": causes,
         "quality": quality,
         "log_health": health,
         "empty": empty,
@@ -101,12 +108,15 @@ async def overview(request: Request, db: Projections) -> dict[str, object]:
 
 @answering
 async def run(request: Request, db: Projections) -> dict[str, object]:
-    """One run's curve: reward and staleness per step, and reward per resources version."""
+    """One run's curves: sampled reward and staleness per step, validation reward per version (at the step that
+    samples with it), and the batches' reward per resources version."""
     run_id = param(request, "run_id")
-    steps, versions = await asyncio.gather(
-        db.rows("run_steps", run_id=run_id), db.rows("version_rewards", run_id=run_id)
+    steps, validation, versions = await asyncio.gather(
+        db.rows("run_steps", run_id=run_id),
+        db.rows("run_validation", run_id=run_id),
+        db.rows("version_rewards", run_id=run_id),
     )
-    return {"run_id": run_id, "steps": steps, "versions": versions}
+    return {"run_id": run_id, "steps": steps, "validation": validation, "versions": versions}
 
 
 @answering
@@ -117,7 +127,7 @@ async def rollouts(request: Request, db: Projections) -> dict[str, object]:
 
 @answering
 async def rollout(request: Request, db: Projections) -> dict[str, object]:
-    """One rollout: its attempts, spans (the page nests them), model calls and rewards."""
+    """One rollout: its input, attempts, spans (the page nests them), model calls (text and token ids) and rewards."""
     rid = param(request, "rollout_id")
     found, attempts, spans, calls, rewards = await asyncio.gather(
         *(
@@ -130,6 +140,12 @@ async def rollout(request: Request, db: Projections) -> dict[str, object]:
         "rollout": found[0] if found else None,
         "attempts": attempts,
         "spans": spans,
-        "calls": calls,
+        "calls": [said(call) for call in calls],
         "rewards": rewards,
     }
+
+
+def said(call: dict[str, object]) -> dict[str, object]:
+    """A model call as the page shows it: its prompt and response text in place of the raw bodies."""
+    request, response = call.pop("request", None), call.pop("response", None)
+    return call | {"prompt_text": prompt_text(request), "response_text": response_text(response)}

@@ -55,14 +55,15 @@ class Progress:
         self.advanced.set()
         self.advanced = asyncio.Event()
 
-    async def reach(self, min_seq: dict[str, int], timeout: float) -> bool:
+    async def reach(self, min_seq: dict[str, int], timeout: float, training: bool = True) -> bool:
         """Wait until every stream's position is at least ``min_seq``; False at the deadline. With both streams named,
         also until no attempt that ended by the control sequence waits for its telemetry (``training.Held``: at
         most the projector's ``max_wait`` more), so that its training rows are there; a wait for one stream alone
-        (a store client's read-your-writes) does not wait for the other stream's telemetry."""
+        (a store client's read-your-writes) does not wait for the other stream's telemetry, nor one without
+        ``training`` (a store client's queries, which read no training table)."""
         deadline = time.monotonic() + timeout
         while any(self.projector.positions.get(s, 0) < n for s, n in min_seq.items()) or (
-            "spans" in min_seq and self.projector.held.blocks(min_seq.get("control", 0))
+            training and "spans" in min_seq and self.projector.held.blocks(min_seq.get("control", 0))
         ):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -149,6 +150,9 @@ class SqlRequest(msgspec.Struct, kw_only=True):
     timeout: Annotated[float, msgspec.Meta(ge=0, le=60)] = 10.0
     """Longest wait for ``min_seq`` (seconds)."""
     truncate: bool = False
+    training: bool = True
+    """With both streams in ``min_seq``, also wait for the training rows of attempts ended by then (``reach``); a
+    store client's queries read no training table and say False."""
 
 
 MAX_BODY = 1 << 20
@@ -215,7 +219,7 @@ def build_app(
         except _TooLarge:
             return JSONResponse({"error": f"a query body is at most {MAX_BODY} bytes", "code": "too_large"}, 413)
         text, params, truncate, min_seq = asked.sql, asked.params or None, asked.truncate, asked.min_seq
-        if min_seq and not await progress.reach(min_seq, asked.timeout):
+        if min_seq and not await progress.reach(min_seq, asked.timeout, asked.training):
             positions = projector.positions
             return JSONResponse({"error": f"projection at {positions}, not yet at {min_seq}"}, status_code=504)
         try:

@@ -26,6 +26,7 @@ from voltbus.projections.rows import Row
 from voltbus.projections.safety import SAFETY
 from voltbus.schemas.errors import DecodeError
 from voltbus.services.eventlog import BadEvent, Envelope
+from voltbus.services.lifecycle import RolloutState
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +111,10 @@ class Projector:
         self.con.execute("INSERT OR IGNORE INTO projection_meta VALUES ('version', ?)", [str(PROJECTION_VERSION)])
         training.record_settings(self.con, self.blocks, self.adapter)
         self._load()
-        self.ended: set[Key] = set()
-        """Attempts no longer in progress as committed (kept up by each commit; a rolled-back one changes none):
-        telemetry of others needs no training rows yet. Read by ``finish_training``; unused while deferred."""
+        self.active: set[Key] = set()
+        """Attempts in progress as committed (kept up by each commit; a rolled-back one changes none): their telemetry
+        needs no training rows yet, any other's may. As many as run at once: the projector keeps no state per attempt
+        of the log's history (issue 25). Read at open and by ``finish_training``."""
         self.held = training.Held()
         """Ended attempts whose training refresh waits for their telemetry (see ``training.Held``)."""
         if not defer_training:
@@ -122,7 +124,7 @@ class Projector:
         """The training rows of every ended attempt that has none: the deferred pass of a rebuild, or at open those a
         cut-off replay or a stopped projector left; from now on each commit keeps them up. Returns how many it
         computed; ``progress(done, total)`` after each chunk of them."""
-        self.ended = training.ended_attempts(self.con, self.blocks)
+        self.active = training.active_attempts(self.con, self.blocks)
         missing = training.without_rows(self.con, self.blocks)
         if missing and not self.defer_training:  # not expected: say why the open takes longer
             log.warning("%s: %d ended attempts have no training rows yet: computing them now", self.path, len(missing))
@@ -154,9 +156,17 @@ class Projector:
         folds: read from the database again after a batch prepared elsewhere, or a failed one)."""
         preparer = self._preparers.get(stream)
         if preparer is None:
-            states = load_states(self.stored_states()) if stream == "control" else {}
-            preparer = self._preparers[stream] = Preparer(self.positions, states)
+            loader = self._states_of if stream == "control" else None
+            preparer = self._preparers[stream] = Preparer(self.positions, {}, loader=loader)
         return preparer
+
+    def _states_of(self, rollout_ids: list[str]) -> dict[str, RolloutState]:
+        """The committed folds of ``rollout_ids`` (those stored), for the control preparer."""
+        cursor = self.con.cursor()
+        try:
+            return load_states(cursor.execute(self.blocks["states_of"].sql, {"rollout_ids": rollout_ids}).fetchall())
+        finally:
+            cursor.close()
 
     def stored_states(self) -> list[tuple[str, bytes]]:
         """Every rollout's folded state as the last commit stored it."""
@@ -233,8 +243,7 @@ class Projector:
             checkpoints.append((prepared.stream, prepared.last, prepared.stamp))
             cleared += prepared.cleared
             if prepared.stream == "spans":  # telemetry: only that of an ended attempt changes training rows
-                known = (self.ended, ended_here, self.held.ends)
-                candidates += [k for k in prepared.candidates if any(k in ended for ended in known)]
+                candidates += [k for k in prepared.candidates if k not in self.active or k in ended_here]
             else:
                 candidates += prepared.candidates
         held, due = self.held.ends, set()
@@ -248,12 +257,17 @@ class Projector:
                 later = {k: self.held.ends.get(k) or (ended_at if k in ended_here else unknown) for k in candidates}
                 held, candidates = held | later, []
         self._commit(tables_, checkpoints, cleared, candidates)
+        running = {k for p, _ in batches if p.stream == "control" for k in p.running}
+        if ended_here or running:
+            self.active = (self.active - ended_here) | running
         self.held.keep(held)
         for prepared, preparer in batches:
             self.positions[prepared.stream], self.stamps[prepared.stream] = prepared.last, prepared.stamp
             self.applied += prepared.count
             if preparer is None or preparer is not self._preparers.get(prepared.stream):
                 self._preparers.pop(prepared.stream, None)
+            elif preparer.positions[prepared.stream] == prepared.last:  # nothing prepared past what is committed
+                preparer.trim()
 
     def apply_together(self, batches: dict[str, list[Envelope | BadEvent] | Prepared]) -> bool:
         """Apply one batch of each stream in one transaction: a trickle on both streams then costs half the
@@ -310,16 +324,13 @@ class Projector:
                     self.con.execute(self.blocks["first_checkpoint"].sql, position)
             for name, table in blocks_:
                 blocks.run(self.con, self.blocks[name].sql, table)
-            ended: set[Key] = set()
             if not self.defer_training:
-                ended = training.refresh(self.con, self.blocks, cleared, candidates, self.adapter, self.ended)
+                training.refresh(self.con, self.blocks, cleared, candidates, self.adapter)
             self.con.commit()
         except BaseException:
             self.con.rollback()
             self._load()  # folds prepared here went ahead of the database: take them back
             raise
-        self.ended.difference_update(cleared)
-        self.ended.update(ended)
         if candidates and not self.defer_training:
             self._refreshed_at = time.monotonic()  # (what ``_refresh_later`` measures from)
 

@@ -291,4 +291,5 @@ def merge(shares: list[Batch], cut: int) -> Prepared:
         tables=[(name, from_ipc(data)) for s in shares for name, data in s.tables],
         cleared=[k for s in shares for k in s.cleared],
         candidates=[k for s in shares for k in s.candidates],
+        running=[k for s in shares for k in s.running],
     )

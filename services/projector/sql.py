@@ -48,6 +48,8 @@ def check_read_only(sql: str, con: duckdb.DuckDBPyConnection) -> None:
     ...
     voltbus.schemas.errors.QueryRefused: read-only: only SELECT and EXPLAIN SELECT are allowed, got EXPLAIN UPDATE
     """
+    if sql in _checked:
+        return
     statements = _parse(sql)
     if not statements:
         raise QueryRefused("sql_error", "empty query")
@@ -59,6 +61,18 @@ def check_read_only(sql: str, con: duckdb.DuckDBPyConnection) -> None:
         if kind not in ("SELECT", "EXPLAIN SELECT"):
             raise QueryRefused("read_only", f"read-only: only SELECT and EXPLAIN SELECT are allowed, got {kind}")
         _check_tree(text, con)
+    with _checked_lock:
+        while len(_checked) >= CHECKED_KEPT:
+            _checked.pop(next(iter(_checked)))
+        _checked[sql] = None
+
+
+CHECKED_KEPT = 256
+"""Query texts found read-only, kept (oldest out first) so that a text asked again is not parsed and walked again: the
+verdict depends on the text alone. A store client asks the same few texts (``query_spans`` per finished rollout), and
+their check cost more than running them (~10 ms each; BENCHMARKS.md, "Agent Lightning's algorithm pattern")."""
+_checked: dict[str, None] = {}
+_checked_lock = threading.Lock()
 
 
 def _check_tree(select: str, con: duckdb.DuckDBPyConnection) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import nats.errors
 
 from voltbus.schemas.errors import VoltbusError
+from voltbus.services.clients.agent.global_spans import route_global_spans
 from voltbus.services.clients.agent.instrument import instrument_openai, uninstrument_openai
 from voltbus.services.clients.agent.litagent import LitAgent
 from voltbus.services.clients.agent.otel import LogTracer
@@ -127,6 +128,7 @@ class Runner:
             self.tracer = LogTracer(store)
             set_active_tracer(self.tracer)
             instrument_openai(self.tracer)
+            route_global_spans()
             self.agent.set_runner(self)
             self.spans_stored = self.tracer.published
         self.heartbeat = Heartbeat(self.settings.nats, self.worker_ids, cfg.heartbeat_s)

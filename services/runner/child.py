@@ -9,6 +9,7 @@ import sys
 
 import msgspec
 
+from voltbus.services.clients.agent.global_spans import route_global_spans
 from voltbus.services.clients.agent.instrument import instrument_openai
 from voltbus.services.clients.agent.otel import LogTracer
 from voltbus.services.clients.telemetry.tracing import clear_active_tracer, set_active_tracer
@@ -27,6 +28,7 @@ async def main(job: ChildJob) -> None:
     tracer = LogTracer(store)
     set_active_tracer(tracer)
     instrument_openai(tracer)
+    route_global_spans()
     try:
         await run_rollout(store, tracer, agent, job.rollout, key=job.key, resources=job.resources)  # type: ignore[arg-type]
     finally:

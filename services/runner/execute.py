@@ -20,6 +20,7 @@ from voltbus.schemas.rollouts import ErrorInfo
 from voltbus.services.clients.agent.litagent import LitAgent
 from voltbus.services.clients.agent.otel import LogTracer
 from voltbus.services.clients.store import AttemptedRollout, Store
+from voltbus.services.keys import NO_KEY
 
 from .results import record_result
 
@@ -28,7 +29,7 @@ T = TypeVar("T")
 
 
 class MissingResources(VoltbusError):
-    """The rollout names a resources version the log does not have."""
+    """The rollout pins a resources version the log does not have."""
 
 
 CANCELLED = ErrorInfo(type="Cancelled", message="the runner stopped during the rollout")
@@ -36,28 +37,35 @@ CANCELLED = ErrorInfo(type="Cancelled", message="the runner stopped during the r
 
 
 async def resources_for(store: Store, rollout: AttemptedRollout) -> dict[str, Any]:
-    """The rollout's pinned resources (or the latest when it names none); MissingResources if absent."""
-    found = await (
-        store.get_resources_by_id(rollout.resources_id) if rollout.resources_id else store.get_latest_resources()
-    )
+    """The rollout's pinned resources, or the latest when it names none (none at all when none was published:
+    Agent Lightning 1.0 agents use none); MissingResources if the pinned version is absent."""
+    if not rollout.resources_id:
+        latest = await store.get_latest_resources()
+        return latest.resources if latest is not None else {}
+    found = await store.get_resources_by_id(rollout.resources_id)
     if found is None:
-        raise MissingResources(
-            f"rollout {rollout.rollout_id}: resources {rollout.resources_id or '(latest)'} not found"
-        )
+        raise MissingResources(f"rollout {rollout.rollout_id}: resources {rollout.resources_id} not found")
     return found.resources
 
 
 def with_key(resources: dict[str, Any], key: str | None) -> dict[str, Any]:
-    """The resources with every ProxyLLM (the gateway) carrying the attempt's agent key, when there is one.
+    """The resources with every ProxyLLM (the gateway) carrying the attempt's agent key; with none required, a
+    ProxyLLM without an ``api_key`` gets ``NO_KEY`` (the openai client refuses none).
 
     >>> from voltbus.schemas.resources import LLM
     >>> both = {"p": ProxyLLM(endpoint="http://gw/v1", model="m"), "l": LLM(endpoint="http://x", model="m")}
     >>> out = with_key(both, "k")
     >>> out["p"].api_key, out["l"].api_key
     ('k', None)
+    >>> own = {"p": ProxyLLM(endpoint="http://gw/v1", model="m", api_key="own")}
+    >>> with_key(both, None)["p"].api_key, with_key(own, None)["p"].api_key
+    ('voltbus-no-key', 'own')
     """
     if key is None:
-        return resources
+        return {
+            n: msgspec.structs.replace(r, api_key=NO_KEY) if isinstance(r, ProxyLLM) and r.api_key is None else r
+            for n, r in resources.items()
+        }
     return {n: msgspec.structs.replace(r, api_key=key) if isinstance(r, ProxyLLM) else r for n, r in resources.items()}
 
 

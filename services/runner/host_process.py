@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from voltbus.services.clients.agent.global_spans import route_global_spans
 from voltbus.services.clients.agent.instrument import instrument_openai
 from voltbus.services.clients.agent.otel import LogTracer
 from voltbus.services.clients.telemetry.tracing import clear_active_tracer, set_active_tracer
@@ -185,6 +186,7 @@ async def main(requests_fd: int, replies_fd: int, jobs_fd: int) -> None:
     host = Host(agent, store)
     set_active_tracer(host.tracer)
     instrument_openai(host.tracer)
+    route_global_spans()
     agent.set_runner(host)
     await store.call(Ready())
     flusher = asyncio.create_task(host.flush_spans())

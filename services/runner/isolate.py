@@ -28,6 +28,7 @@ from voltbus.schemas.errors import InvalidCommand
 from voltbus.schemas.resources import Resource
 from voltbus.schemas.rollouts import ErrorInfo
 from voltbus.services.clients.store import AttemptedRollout, Store
+from voltbus.services.keys import NO_KEY
 
 from .execute import CANCELLED, MissingResources, error_info, resources_for, with_key
 from .pipe import PipeServer, SpanLimits
@@ -97,13 +98,15 @@ def agl_environment(gateway_url: str, rollout: AttemptedRollout, key: str | None
     ...     attempt=Attempt(rollout_id="ro-1", attempt_id="at-1", sequence_id=1, start_time=0))
     >>> agl_environment("http://gw:8766/", r, None)["AGL_OPENAI_BASE_URL"]
     'http://gw:8766/proxy/rollout/ro-1/attempt/at-1/mode/val/openai/v1'
+    >>> agl_environment("http://gw:8766/", r, None)["AGL_KEY"]  # no key required: still one the client takes
+    'voltbus-no-key'
     """
     base, rid, aid = gateway_url.rstrip("/"), rollout.rollout_id, rollout.attempt.attempt_id
     mode = "train" if rollout.mode == "train" else "val"
     return {
         "AGL_OPENAI_BASE_URL": f"{base}/proxy/rollout/{rid}/attempt/{aid}/mode/{mode}/openai/v1",
         "AGL_EVENT_URL": f"{base}/api/rollouts/{rid}/attempt/{aid}/events",
-        "AGL_KEY": key or "",
+        "AGL_KEY": NO_KEY if key is None else key,
     }
 
 

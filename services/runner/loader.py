@@ -49,12 +49,15 @@ def _load_file(file: str) -> ModuleType:
     location = Path(file)
     if not location.is_file():
         raise AgentLoadError(f"agent file {file!r} does not exist")
-    spec = importlib.util.spec_from_file_location(f"voltbus_agent_{location.stem}", location)
+    name = f"voltbus_agent_{location.stem}"
+    spec = importlib.util.spec_from_file_location(name, location)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import does: dataclasses, pickle and typing look the module up by name
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
+        sys.modules.pop(name, None)
         raise _failed(file, exc) from None
     return module
 
@@ -74,5 +77,8 @@ def load_agent(path: str) -> LitAgent[Any]:
     if inspect.isclass(target) and issubclass(target, LitAgent):
         return target()
     if callable(target):
-        return rollout(target)
+        try:
+            return rollout(target)
+        except (NotImplementedError, ValueError, TypeError) as exc:  # a signature no agent pattern matches
+            raise AgentLoadError(f"{path!r} is not a usable rollout function: {exc}") from None
     raise AgentLoadError(f"{path!r} is a {type(target).__name__}, not a LitAgent or a rollout function")

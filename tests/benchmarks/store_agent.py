@@ -13,7 +13,8 @@ Two deliberate differences, neither changing the work done:
 - Random strings are hex from ``randbytes`` (C speed), so generating them costs little of the
   two cores; AL's helper is not in the stored sources, so its generator is not known.
 
-The scenario knobs come from the environment of the runner process (``BENCH_MAX_ROUNDS``,
+With ``BENCH_AGL=agentlightning`` in the environment it imports ``agentlightning`` instead (Agent Lightning's side
+of ``bench_al_pattern``). The scenario knobs come from the environment of the runner process (``BENCH_MAX_ROUNDS``,
 ``BENCH_SLEEP_S``), read when this module is imported, or from :func:`configure` in-process.
 """
 
@@ -24,10 +25,17 @@ import os
 import random
 from typing import Any
 
+from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer as OtelTracer
 
-import voltbus as agl  # was: import agentlightning as agl
+if os.environ.get("BENCH_AGL") == "agentlightning":  # the same agent on Agent Lightning itself (bench_al_pattern)
+    import agentlightning as agl
+    from agentlightning.utils.otel import get_tracer as _al_tracer
+else:
+    import voltbus as agl  # was: import agentlightning as agl
+
+    _al_tracer = None
 
 MAX_ROUNDS = int(os.environ.get("BENCH_MAX_ROUNDS", "4"))
 SLEEP_S = float(os.environ.get("BENCH_SLEEP_S", "0.1"))
@@ -43,12 +51,14 @@ def configure(max_rounds: int, sleep_s: float) -> None:
 
 
 def get_tracer() -> OtelTracer:
-    """AL's ``agentlightning.utils.otel.get_tracer()``: the OpenTelemetry tracer whose spans the runner stores.
-
-    In a runner that is the active LogTracer's tracer; with no store (a DummyTracer active) it is an
-    SDK tracer that exports nothing.
+    """AL's ``agentlightning.utils.otel.get_tracer()``: OpenTelemetry's global API, whose provider the runner (or
+    Agent Lightning's tracer) installs; with no store (no SDK provider installed) an SDK tracer that exports nothing.
     """
-    return getattr(agl.get_active_tracer(), "otel", None) or _unexported
+    if _al_tracer is not None:
+        return _al_tracer()
+    if isinstance(otel_trace.get_tracer_provider(), TracerProvider):  # a runner's: the spans reach its attempt
+        return otel_trace.get_tracer("store-bench")
+    return _unexported
 
 
 def _text(rng: random.Random, low: int, high: int) -> str:

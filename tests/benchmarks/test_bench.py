@@ -141,3 +141,20 @@ async def test_bench_store_queries() -> None:
     medians = await bench_store_queries.main(30)
     assert set(medians) == {"query_rollouts", "a new client per query"}
     assert all(cpu > 0 and wall > 0 for cpu, wall in medians.values())
+
+
+@pytest.mark.timeout(600)
+async def test_bench_al_pattern() -> None:
+    """Agent Lightning's algorithm pattern on voltbus, a small queue run per runner set-up (AL's side needs its own
+    venv: ``--al-python``), and the no-store ceiling; every rollout checked as AL checks it."""
+    from dataclasses import replace
+
+    from tests.benchmarks import bench_al_pattern
+    from tests.benchmarks.al_pattern import SHAPES
+
+    shape = replace(SHAPES["c"], rollouts=64, batch=16, in_flight=32)
+    for procs, slots, tag in ((1, shape.runners, "runners"), (2, bench_al_pattern.slots_of(shape), "slots")):
+        result = await bench_al_pattern.voltbus_side(shape, 0.2, procs, slots, tag)
+        assert result.rollouts == 64 and result.bad == 0 and result.spans > 64 * 3, result
+    baseline = await bench_al_pattern.no_store(shape, 8)
+    assert baseline.rollouts == 64 and baseline.rate > 0

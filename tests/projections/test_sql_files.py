@@ -14,7 +14,7 @@ DERIVED |= {"training_clear_triplets", "training_clear_trajectories", "training_
 DERIVED |= {"training_found_triplets", "training_found_trajectories", "training_found_attempts"}
 DERIVED |= {"training_done", "training_rollouts", "training_from_seq"}
 DERIVED |= {"training_spans", "training_calls", "training_rewards"}
-DERIVED |= {"training_settings", "ended_attempts", "training_missing", "training_order"}
+DERIVED |= {"training_settings", "active_attempts", "training_missing", "training_order", "states_of"}
 DERIVED |= {"triplet_rows", "trajectory_rows", "training_attempt_rows"}  # the adapter's output (training.py)
 DERIVED |= {"divergence", "rewind_spans"}  # the log no longer holds what was applied (rewind.py)
 """Blocks fed by rows the projector derives (folded state, activity, bookkeeping), not by one event type."""

@@ -11,8 +11,9 @@ import msgspec
 import pytest
 
 from tests.benchmarks.bench_projector import read_all
-from voltbus.projections import training
+from voltbus.projections import prepare, training
 from voltbus.projections.adapter import AdapterOutput, AdapterSettings, AttemptInput, settings_id
+from voltbus.schemas.rollouts import RolloutQueued
 from voltbus.services.eventlog import Envelope
 from voltbus.services.projector import client
 from voltbus.services.projector.app import Progress
@@ -241,3 +242,53 @@ async def test_a_query_naming_both_streams_waits_for_held_rows_and_one_naming_co
     progress("spans", 3, 0)
     assert await waiting  # ... until then
     projector.close()
+
+
+async def test_the_projector_keeps_in_memory_only_the_attempts_in_progress(store: Store, tmp_path: Path) -> None:
+    """Telemetry of an attempt in progress needs no training rows; the projector keeps those attempts (as many as run
+    at once), not every attempt that ever ended, and still retrains an ended attempt on late telemetry."""
+    expected = await written(store, tmp_path)
+    running = await store.start_rollout({"q": "still running"})
+    key = {(running.rollout_id, running.attempt.attempt_id)}
+    projector = Projector(tmp_path / "live.duckdb")
+    for event in await stored(store, "control"):
+        projector.apply("control", [event])
+    projector.apply("spans", await stored(store, "spans"))
+    projector.release_held()
+    assert projector.active == key  # the 8 ended attempts are not kept
+    assert dump(projector.con) == expected  # late rewards of ended attempts retrained all the same
+    projector.close()
+    reopened = Projector(tmp_path / "live.duckdb")
+    assert reopened.active == key
+    reopened.close()
+
+
+async def test_the_control_folds_kept_in_memory_are_bounded_and_read_again(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live projector keeps the most recently changed rollout folds only; an event of a rollout whose fold it
+    forgot reads the fold from the database again, and the projection equals one that kept them all."""
+    await write(store, 8)
+    control = await stored(store, "control")
+    first = next(e.event.rollout_id for e in control if isinstance(e.event, RolloutQueued))
+    await store.update_rollout(first, metadata={"late": True})  # the first rollout, after all the others
+    monkeypatch.setattr(prepare, "STATES_KEPT", 2)
+    projector = Projector(tmp_path / "live.duckdb")
+    for event in await stored(store, "control"):
+        projector.apply("control", [event])
+        assert len(projector.preparer("control").states) <= 2
+    projector.apply("spans", await stored(store, "spans"))
+    projector.release_held()
+    kept_all = await rebuild(store, tmp_path / "all.duckdb")
+    for table, key in {
+        **TABLES,
+        "rollouts": "rollout_id",
+        "attempts": "attempt_id",
+        "rollout_states": "rollout_id",
+    }.items():
+        sql = f"SELECT * FROM {table} ORDER BY {key}"
+        assert projector.con.execute(sql).fetchall() == kept_all.execute(sql).fetchall(), table
+    [(metadata,)] = projector.con.execute("SELECT metadata FROM rollouts WHERE rollout_id = ?", [first]).fetchall()
+    assert '"late"' in metadata
+    projector.close()
+    kept_all.close()

@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import msgspec
 import nats
 import pytest
 
@@ -216,3 +217,26 @@ def test_every_role_has_a_private_env_file_and_the_server_file_holds_no_password
         password = read_credentials(auth_dir, role)["VOLTBUS_NATS__PASSWORD"]
         assert len(password) >= 32 and password not in conf
         assert f'user: "{role}", password: "$2b$04$' in conf
+
+
+async def test_voltbus_metrics_runs_as_the_read_only_dashboard_user(
+    secured_server: NatsServer, auth_dir: Path, admin_log: EventLog, tmp_path: Path
+) -> None:
+    """``voltbus metrics`` only reads the log, so the dashboard's user (which may write nothing) can run it."""
+    from voltbus.schemas.training import RunFinished, StepCompleted
+    from voltbus.services.ops.metric_sinks import open_sink
+    from voltbus.services.ops.run_metrics import export_run
+    from voltbus.services.settings import Settings
+
+    run = "run-readonly"
+    for event in (
+        RunStarted(event_id=f"{run}-s", run_id=run, algorithm="grpo", config=msgspec.Raw(b"{}"), at=1.0),
+        StepCompleted(event_id=f"{run}-0", run_id=run, step=0, metrics={"reward_mean": 0.5}, at=2.0),
+        RunFinished(event_id=f"{run}-f", run_id=run, status="succeeded", at=3.0),
+    ):
+        await admin_log.append([event])
+    before = len(violations(secured_server))
+    reader = Settings(nats=role_settings(secured_server, auth_dir, "dashboard"))
+    done = await export_run(reader, run, lambda: open_sink("tensorboard", tmp_path, "voltbus", run))
+    assert (done.steps, done.finished) == ([0], "succeeded")
+    assert violations(secured_server, before) == []

@@ -27,10 +27,11 @@ T = TypeVar("T")
 
 
 @asynccontextmanager
-async def projector(nats: NatsSettings, db: Path) -> AsyncIterator[str]:
-    """A projector of ``nats``'s namespace running in this test; yields the URL of its SQL endpoint."""
+async def projector(nats: NatsSettings, db: Path, **config: Any) -> AsyncIterator[str]:
+    """A projector of ``nats``'s namespace running in this test (``config``: ProjectorSettings fields); yields the URL
+    of its SQL endpoint."""
     port = free_port()
-    settings = Settings(nats=nats, projector=ProjectorSettings(db=db, port=port))
+    settings = Settings(nats=nats, projector=ProjectorSettings(db=db, port=port, **config))
     stop, ready = asyncio.Event(), asyncio.Event()
     serving = asyncio.create_task(run(settings, stop, ready))
     await asyncio.wait_for(ready.wait(), 20)
@@ -328,6 +329,53 @@ async def test_queries_see_this_clients_last_write(queried: Store) -> None:
         assert worker.heartbeat_stats is not None and worker.heartbeat_stats["cpu_usage_pct"] == n
 
 
+async def test_queries_after_a_rollout_is_seen_finished_see_its_end_and_every_span(
+    nats_settings: NatsSettings, tmp_path: Path
+) -> None:
+    """Agent Lightning's algorithms wait for rollouts (or poll them), then query their spans and attempts. The worker
+    is another client, and the projector applies the log in batches of 3 s, so it lags behind what the log says."""
+    async with projector(nats_settings, tmp_path / "p.duckdb", max_wait_s=3.0) as url:
+        worker = await connect(settings=nats_settings)
+        readers = [await connect(settings=nats_settings, projector_url=url) for _ in range(3)]
+        try:
+            ended = []
+            for n in range(3):
+                r = await worker.start_rollout(f"seen-{n}")
+                await worker.add_many_spans([traced(r, r.attempt.attempt_id, i, ALPHA, None, True) for i in (1, 2, 3)])
+                await worker.update_attempt(r.rollout_id, r.attempt.attempt_id, status="succeeded")
+                ended.append(r.rollout_id)
+            waited, polled, queried = readers
+            [done] = await waited.wait_for_rollouts(rollout_ids=[ended[0]], timeout=30)
+            assert done.status == "succeeded"
+            got = await polled.get_rollout_by_id(ended[1])
+            assert got is not None and got.status == "succeeded"
+            for reader, rid in zip(readers, ended, strict=True):
+                if reader is queried:  # the projection itself says the rollout ended; the spans stream may lag
+                    await until(
+                        lambda rid=rid: rollout_statuses(queried, rid), lambda s: s == ["succeeded"], deadline=30
+                    )
+                assert (await reader.query_spans(rid, "latest")).total == 3
+                [attempt] = await reader.query_attempts(rid)
+                assert attempt.status == "succeeded"
+        finally:
+            for client in (worker, *readers):
+                await client.close()
+
+
+async def rollout_statuses(store: Store, rollout_id: str) -> list[str]:
+    """The status of ``rollout_id`` as the projection has it ([] before it has the rollout)."""
+    return [r.status for r in await store.query_rollouts(rollout_id_in=[rollout_id])]
+
+
+async def until(check: Callable[[], Awaitable[T]], ok: Callable[[T], bool], deadline: float) -> T:
+    """Call ``check`` until ``ok`` holds for its answer; fail at the deadline (seconds)."""
+    give_up = time.monotonic() + deadline
+    while not ok(answer := await check()):
+        assert time.monotonic() < give_up, f"still {answer!r} after {deadline} s"
+        await asyncio.sleep(0.05)
+    return answer
+
+
 async def test_query_fails_at_its_deadline_when_the_projector_never_gets_there(
     nats_settings: NatsSettings, tmp_path: Path
 ) -> None:
@@ -374,3 +422,74 @@ async def test_queries_find_the_projector_at_the_configured_url(
         assert default.projector_url == "http://127.0.0.1:8765"
     finally:
         await default.close()
+
+
+async def test_heartbeat_stats_keep_every_key_as_agent_lightning_does(queried: Store) -> None:
+    """Agent Lightning's heartbeat stats are a free dict: keys that are not voltbus's host fields are kept too."""
+    stats = {"cpu_cores": 4, "queue_depth": 7, "gpu_kind": "none", "nested": {"a": [1, 2]}}
+    beat = await queried.update_worker("w-free", heartbeat_stats=stats)
+    assert beat.heartbeat_stats is not None
+    assert {k: beat.heartbeat_stats[k] for k in stats} == stats and "extra" not in beat.heartbeat_stats
+    read = await queried.get_worker_by_id("w-free")
+    assert read is not None and read.heartbeat_stats == beat.heartbeat_stats
+    [queried_worker] = await queried.query_workers(worker_id_contains="w-free")
+    assert queried_worker.heartbeat_stats == beat.heartbeat_stats
+
+
+async def test_statistics_count_attempts_and_spans_as_agent_lightning_does(queried: Store) -> None:
+    empty = await queried.statistics()
+    assert (empty["total_attempts"], empty["total_spans"]) == (0, 0)
+    r = await queried.start_rollout("counted")
+    await queried.start_attempt(r.rollout_id)
+    await queried.add_many_spans([traced(r, r.attempt.attempt_id, n, ALPHA, None, True) for n in (1, 2, 3)])
+    await queried.heartbeat(r.rollout_id, r.attempt.attempt_id, "w1")  # a span event, not a span
+    stats = await queried.statistics()
+    assert (stats["total_rollouts"], stats["total_attempts"], stats["total_spans"]) == (1, 2, 3)
+    assert stats["total_span_events"] == 4
+
+
+async def test_statistics_without_a_projector_say_why_two_counts_are_missing(nats_settings: NatsSettings) -> None:
+    store = await connect(settings=nats_settings, projector_url=f"http://127.0.0.1:{free_port()}")
+    try:
+        await store.enqueue_rollout("alone")
+        stats = await store.statistics()
+        assert stats["total_rollouts"] == 1 and stats["total_attempts"] is None and stats["total_spans"] is None
+        assert "start `voltbus projector`" in stats["projector"]
+    finally:
+        await store.close()
+
+
+async def test_spans_of_rollouts_seen_finished_are_fetched_together_and_match_one_query_each(
+    nats_settings: NatsSettings, tmp_path: Path
+) -> None:
+    """Agent Lightning's algorithms query the spans of each finished rollout in turn: the first query fetches those of
+    every rollout seen finished with it, and each answer is what a query of that rollout alone gives."""
+    async with projector(nats_settings, tmp_path / "p.duckdb") as url:
+        worker = await connect(settings=nats_settings)
+        reader, alone = [await connect(settings=nats_settings, projector_url=url) for _ in range(2)]
+        try:
+            ids = []
+            for n in range(4):
+                r = await worker.start_rollout(f"batched-{n}")
+                attempts = [r.attempt.attempt_id]
+                if n == 1:  # a second attempt: "latest" leaves out the first one's spans
+                    attempts.append((await worker.start_attempt(r.rollout_id)).attempt.attempt_id)
+                spans = [traced(r, a, 10 * i + k, ALPHA, None, True) for i, a in enumerate(attempts) for k in (2, 1)]
+                await worker.add_many_spans(spans)
+                await worker.update_attempt(r.rollout_id, attempts[-1], status="succeeded")
+                ids.append(r.rollout_id)
+            assert len(await reader.wait_for_rollouts(rollout_ids=ids, timeout=30)) == 4
+            first = await reader.query_spans(ids[0], "latest")
+            assert set(reader.finished.fetched) == set(ids[1:])  # one fetch for all four
+            answers = [first] + [await reader.query_spans(rid, "latest") for rid in ids[1:]]
+            everything = await reader.query_spans(ids[1])  # asked again: from the projector, every attempt
+            assert not reader.finished.fetched
+            await alone.wait_for_rollouts(rollout_ids=ids[:1], timeout=30)  # its queries wait for the same ends
+            for rid, got in zip(ids, answers, strict=True):
+                assert got.items == (await alone.query_spans(rid, "latest")).items and got.total == len(got.items)
+            assert [s.sequence_id for s in answers[1].items] == [11, 12]
+            assert [s.sequence_id for s in everything.items] == [1, 2, 11, 12]
+            assert (await reader.query_spans(ids[2], "latest", name="none")).total == 0  # a filter: never from a fetch
+        finally:
+            for client in (worker, reader, alone):
+                await client.close()

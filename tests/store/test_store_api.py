@@ -804,7 +804,7 @@ async def test_wait_for_rollouts_unknown_raises(store: Store) -> None:
 
 def checked_all(monkeypatch: pytest.MonkeyPatch, store: Store, ids: list[str]) -> asyncio.Event:
     """An event set once the store has read every one of ``ids`` (the waiter's first check is done)."""
-    checked, seen, read = asyncio.Event(), set(), store._state
+    checked, seen, read = asyncio.Event(), set(), store._state_at
 
     async def spy(rollout_id: str):  # type: ignore[no-untyped-def]
         state = await read(rollout_id)
@@ -813,7 +813,7 @@ def checked_all(monkeypatch: pytest.MonkeyPatch, store: Store, ids: list[str]) -
             checked.set()
         return state
 
-    monkeypatch.setattr(store, "_state", spy)
+    monkeypatch.setattr(store, "_state_at", spy)
     return checked
 
 
@@ -892,3 +892,15 @@ async def test_a_second_client_sees_acknowledged_writes(store: Store, nats_setti
         assert (await store.get_worker_by_id("w1")).status == "busy"  # type: ignore[union-attr]
     finally:
         await other.close()
+
+
+async def test_wait_for_rollouts_reads_a_finished_rollout_again_when_it_changed(store: Store) -> None:
+    """A rollout seen finished is kept by its last sequence: asked again unchanged it is not folded again, but a
+    later event (here a metadata update) is seen."""
+    rid, aid = await started(store)
+    await store.update_attempt(rid, aid, status="succeeded")
+    [first] = await store.wait_for_rollouts(rollout_ids=[rid], timeout=0)
+    assert first.status == "succeeded" and rid in store._finished_states
+    await store.update_rollout(rid, metadata={"checked": True})
+    [again] = await store.wait_for_rollouts(rollout_ids=[rid], timeout=0)
+    assert again.metadata == {"checked": True}

@@ -232,6 +232,6 @@ def test_apo_resolves_from_an_import_string_and_checks_its_inputs():
     no_template = Trainer(algorithm=APO(critic="http://127.0.0.1:9/v1"), initial_resources={"other": SEED})
     with pytest.raises(ValueError, match="PromptTemplate named 'prompt_template'"):
         no_template.fit(template_agent, TASKS, TASKS)
-    bad_seed = Trainer(algorithm=APO(), initial_resources={"prompt_template": agl.PromptTemplate(template="{x}")})
+    bad_seed = Trainer(algorithm=APO(), initial_resources={"prompt_template": agl.PromptTemplate(template="{x")})
     with pytest.raises(ValueError, match="cannot be used"):
         bad_seed.fit(template_agent, TASKS, TASKS)

@@ -69,7 +69,7 @@ class APO(SearchSettings):
             raise ValueError(f"APO needs a PromptTemplate named {self.prompt_resource!r} in the resources ({names})")
         if not train or not val:
             raise ValueError("APO needs a training and a validation dataset")
-        if why := unusable(seed, train + val):
+        if why := unusable(seed):  # the agent fills it as it likes (AL's room selector: from task["task_input"])
             raise ValueError(f"APO: the initial template cannot be used: {why}")
         return seed
 

@@ -33,8 +33,9 @@ def local_settings(settings: Settings, model_dir: Path | None, model_name: str, 
     s.inference = s.inference.model_copy(
         update={"model_dir": model_dir, "served_model_name": model_name, "port": inference, "follow_resources": True}
     )
-    s.gateway = s.gateway.model_copy(update={"port": gateway, "upstream_url": f"http://127.0.0.1:{inference}/v1"})
-    if s.runner.isolate and "gateway_url" not in settings.runner.model_fields_set:
+    served = {"upstream_url": f"http://127.0.0.1:{inference}/v1"} if model_dir is not None else {}
+    s.gateway = s.gateway.model_copy(update={"port": gateway, **served})  # no model: the engine the settings name
+    if s.runner.mode == "isolate" and "gateway_url" not in settings.runner.model_fields_set:
         # isolated (Agent Lightning 1.0-style) agents get AGL_* variables pointing at this gateway
         s.runner = s.runner.model_copy(update={"gateway_url": f"http://127.0.0.1:{gateway}"})
     s.learner = s.learner.model_copy(
@@ -65,9 +66,10 @@ async def local_system(
     settings: Settings, agent: Any, n_runners: int = 8, group: str | None = None
 ) -> AsyncIterator[Settings]:
     """Run every service but the learner in this process until the block ends; yields the wired settings.
-    Without ``learner.model_dir`` there is no model to serve: no inference server and no gateway. The runners
-    serve ``group`` (default: ``runner.group``, the yielded settings' too): a caller's store client enqueues into
-    it with ``store.runner_group = settings.runner.group``."""
+    Without ``learner.model_dir`` there is no model to serve: no inference server, and a gateway (in front of
+    the engine ``gateway.upstream_url`` names) only when isolated agents were pointed at it. The runners serve
+    ``group`` (default: ``runner.group``, the yielded settings' too): a caller's store client enqueues into it with
+    ``store.runner_group = settings.runner.group``."""
     cfg = settings.learner
     scratch = tempfile.TemporaryDirectory(prefix="voltbus-run-")  # the projection: rebuilt from the log at will
     s = local_settings(settings, cfg.model_dir, cfg.served_model_name, Path(scratch.name))
@@ -85,6 +87,7 @@ async def local_system(
         await asyncio.wait_for(ready.wait(), 60)
         if inference_app is not None:
             await stack.enter_async_context(serving(inference_app(s), s.inference.port, http=s.http))
+        if inference_app is not None or s.runner.gateway_url == f"http://127.0.0.1:{s.gateway.port}":
             await stack.enter_async_context(serving(gateway_app(s), s.gateway.port, http=s.http))
         runner = await stack.enter_async_context(Runner(s, agent))
         tasks.append(asyncio.create_task(runner.run(stop)))

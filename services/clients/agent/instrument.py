@@ -1,9 +1,9 @@
 """Capturing OpenAI client calls made inside an agent as spans of the current attempt, without a gateway.
 
-``instrument_openai(tracer)`` wraps the official client's chat and text completion ``create`` (sync
-and async). Inside an attempt, each call becomes a span ``openai.<kind>.create`` with the request,
-the response, usage, and, when the server returns them (vLLM does), prompt/response token ids and
-logprobs. Outside an attempt the client is untouched. ``uninstrument_openai()`` restores it.
+``instrument_openai(tracer)`` wraps the official client's chat completion ``create`` and ``parse`` and
+text completion ``create`` (sync and async, ``with_raw_response`` included). Inside an attempt, each
+call becomes a span ``openai.<kind>.<method>`` with the request, the response, usage, and, when the
+server returns them (vLLM does), token ids and logprobs. Outside an attempt the client is untouched.
 """
 
 from __future__ import annotations
@@ -19,16 +19,24 @@ _ORIGINALS: dict[tuple[type, str], Any] = {}
 PREFIX = "voltbus.llm"
 
 
-def _targets() -> list[tuple[type, str]]:
+def _targets() -> list[tuple[type, str, str]]:
     from openai.resources.chat.completions import AsyncCompletions as AsyncChat
     from openai.resources.chat.completions import Completions as Chat
     from openai.resources.completions import AsyncCompletions, Completions
 
-    return [(Chat, "chat"), (AsyncChat, "chat"), (Completions, "text"), (AsyncCompletions, "text")]
+    chat = [(cls, method, "chat") for cls in (Chat, AsyncChat) for method in ("create", "parse")]
+    return [*chat, (Completions, "create", "text"), (AsyncCompletions, "create", "text")]
 
 
 def _dump(value: Any) -> Any:
-    return value.model_dump() if hasattr(value, "model_dump") else value
+    """The response as a dict: a model dumped; ``with_raw_response``'s ``LegacyAPIResponse`` parsed first (its
+    body is read already, and ``parse()`` caches, so the agent's own ``parse()`` gets the same object); a
+    ``with_streaming_response`` body, not read yet, is left to the agent (the span keeps the request)."""
+    if type(value).__name__ == "LegacyAPIResponse" and callable(getattr(value, "parse", None)):
+        value = value.parse()  # by name: the class lives in a private module of the openai package
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    return value if isinstance(value, dict) else {}
 
 
 def call_attributes(kind: str, request: dict[str, Any], response: Any) -> dict[str, Any]:
@@ -61,13 +69,17 @@ def call_attributes(kind: str, request: dict[str, Any], response: Any) -> dict[s
     return attrs
 
 
-def _wrap(tracer: LogTracer, original: Any, kind: str, is_async: bool) -> Any:
+def _wrap(tracer: LogTracer, original: Any, kind: str, method: str, is_async: bool) -> Any:
+    name = f"openai.{'chat.completions' if kind == 'chat' else 'completions'}.{method}"
+
     def record(request: dict[str, Any], response: Any, error: BaseException | None, started: float) -> None:
-        span = tracer.otel.start_span(
-            f"openai.{'chat.completions' if kind == 'chat' else 'completions'}.create", start_time=int(started * 1e9)
-        )
+        span = tracer.otel.start_span(name, start_time=int(started * 1e9))
         streamed = bool(request.get("stream"))
-        span.set_attributes(call_attributes(kind, request, None if streamed or error else response))
+        try:
+            attributes = call_attributes(kind, request, None if streamed or error else response)
+        except Exception as exc:  # a response we cannot read: the call is still recorded, the agent unharmed
+            attributes = call_attributes(kind, request, None) | {f"{PREFIX}.response_error": repr(exc)[:500]}
+        span.set_attributes(attributes)
         if error is not None:
             span.set_attribute("exception.type", type(error).__name__)
             span.set_attribute("exception.message", str(error))
@@ -109,22 +121,22 @@ def _wrap(tracer: LogTracer, original: Any, kind: str, is_async: bool) -> Any:
 
 
 def instrument_openai(tracer: LogTracer) -> bool:
-    """Wrap the OpenAI client's create methods; False when the openai package is absent."""
+    """Wrap the OpenAI client's create and parse methods; False when the openai package is absent."""
     try:
         targets = _targets()
     except ImportError:
         return False
-    for cls, kind in targets:
-        if (cls, "create") in _ORIGINALS:
+    for cls, method, kind in targets:
+        if (cls, method) in _ORIGINALS:
             continue
-        original = cls.create
-        _ORIGINALS[(cls, "create")] = original
-        cls.create = _wrap(tracer, original, kind, cls.__name__.startswith("Async"))  # type: ignore[method-assign]
+        original = getattr(cls, method)
+        _ORIGINALS[(cls, method)] = original
+        setattr(cls, method, _wrap(tracer, original, kind, method, cls.__name__.startswith("Async")))
     return True
 
 
 def uninstrument_openai() -> None:
-    """Restore the original create methods."""
+    """Restore the original methods."""
     for (cls, name), original in _ORIGINALS.items():
         setattr(cls, name, original)
     _ORIGINALS.clear()

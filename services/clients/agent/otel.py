@@ -37,6 +37,10 @@ current_attempt: contextvars.ContextVar[tuple[str, str] | None] = contextvars.Co
     "current_attempt", default=None
 )
 """(rollout_id, attempt_id) whose spans are being recorded in this context."""
+current_collector: contextvars.ContextVar[SpanProcessor | None] = contextvars.ContextVar(
+    "current_collector", default=None
+)
+"""The span collector of the tracer recording this context's attempt (for spans of other providers)."""
 
 
 class _Collector(SpanProcessor):
@@ -94,9 +98,11 @@ class LogTracer:
         """Attribute every span started inside this block (and in tasks/threads it spawns) to the attempt."""
         self.traces.setdefault((rollout_id, attempt_id), [])
         token = current_attempt.set((rollout_id, attempt_id))
+        routed = current_collector.set(self.collector)
         try:
             yield
         finally:
+            current_collector.reset(routed)
             current_attempt.reset(token)
 
     def get_last_trace(self) -> list[Span]:

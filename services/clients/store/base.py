@@ -15,6 +15,8 @@ from voltbus.services.lifecycle.authority import Holder
 from voltbus.services.lifecycle.signing import SigningDecider
 from voltbus.services.settings import NatsSettings
 
+from .finished import FinishedSpans
+
 
 def new_id(prefix: str, hex_digits: int) -> str:
     """A random id in Agent Lightning's shape, e.g. ``ro-1a2b3c4d5e6f``."""
@@ -41,6 +43,13 @@ class StoreBase:
         ``Trainer`` run's own; ``""``: the default group."""
         self._groups_ready: set[str] = set()
         self._outcomes: dict[str, str] = {}
+        self._finished_states: dict[str, tuple[RolloutState, int]] = {}
+        """Rollouts seen finished: (state, last sequence), oldest first (``waits.py``)."""
+        self.finished = FinishedSpans()
+        """Rollouts seen finished, whose spans a query fetches together (``finished.py``)."""
+        self.seen: dict[str, int] = {}
+        """Stream positions every query waits for besides this client's writes: the end of each rollout this
+        client has seen finished, and the spans acknowledged before it (see ``saw_ended``)."""
 
     async def _ensure_group_consumer(self, group: str) -> None:
         """A runner group's own dispatch consumer exists (made by its first enqueue or claim: from then on it
@@ -50,16 +59,40 @@ class StoreBase:
             await ensure_consumer(self.log.js, self.topology.control_stream, wanted)
             self._groups_ready.add(group)
 
+    async def saw_ended(self, seq: int, rollout_ids: list[str]) -> None:
+        """Note that a read reported a rollout finished by control sequence ``seq``: from now on a query waits until the
+        projector has applied it and every span stored by then. A runner acknowledges an attempt's spans before it
+        ends the attempt, so they all sit at or before the spans stream's last sequence read after the end was seen
+        (Agent Lightning's pattern: wait for rollouts, then query their spans). One request, only for an end past
+        what was noted before."""
+        self.finished.saw(rollout_ids)
+        if seq <= self.seen.get("control", 0):
+            return
+        spans = (await self.log.js.stream_info(self.topology.spans_stream)).state.last_seq
+        self.seen["spans"] = max(self.seen.get("spans", 0), spans)
+        self.seen["control"] = max(self.seen.get("control", 0), seq)
+
+    def floors(self) -> dict[str, int]:
+        """What a query waits for: this client's writes and the ends it has seen (``saw_ended``)."""
+        floors = {s: n for s, n in self.log.written.items() if n}
+        for stream, n in self.seen.items():
+            floors[stream] = max(floors.get(stream, 0), n)
+        return floors
+
     def sign_as(self, holder: Holder) -> None:
         """Claim and sign with ``holder`` from now on (a runner with fixed worker ids keeps its key in a file)."""
         self.holder, self._decider = holder, SigningDecider(holder)
 
     async def _state(self, rollout_id: str) -> RolloutState:
         """A rollout's current state; UnknownRollout if it does not exist."""
-        state, _ = await self.log.load(decider, rollout_id)
+        return (await self._state_at(rollout_id))[0]
+
+    async def _state_at(self, rollout_id: str) -> tuple[RolloutState, int]:
+        """A rollout's current state and last sequence; UnknownRollout if it does not exist."""
+        state, seq = await self.log.load(decider, rollout_id)
         if state.status is None:
             raise UnknownRollout(rollout_id)
-        return state
+        return state, seq
 
     async def _apply(self, rollout_id: str, command: RolloutCommand) -> RolloutState:
         """Run one command through the lifecycle decider; return the state after it. The state this

@@ -11,7 +11,7 @@ from voltbus.services.eventlog import EventLog, unsubscribe
 from voltbus.services.settings import NatsSettings, Settings
 
 from .dispatch import DispatchMethods
-from .queries import QueryMethods
+from .queries import ProjectorUnavailable, QueryMethods
 from .resources import ResourceMethods
 from .rollouts import RolloutMethods
 from .spans import SpanMethods
@@ -53,15 +53,22 @@ class Store(RolloutMethods, DispatchMethods, SpanMethods, ResourceMethods, Worke
         await self.close()
 
     async def statistics(self) -> dict[str, Any]:
-        """Counts of what the log holds (rollouts, resources, workers, spans) and stream sizes."""
+        """Counts of what the log holds (rollouts, resources, workers, span events) and stream sizes, with Agent
+        Lightning's ``total_attempts`` and ``total_spans`` from the projector (None, and ``projector`` saying why,
+        when none answers)."""
         js, topo = self.log.js, self.topology
         ctrl = await js.stream_info(topo.control_stream, subjects_filter=f"{topo.namespace}.>")
         subjects = ctrl.state.subjects or {}
         rollouts = {s.split(".")[2] for s in subjects if s.split(".")[1] == "ro"}
         spans = await js.stream_info(topo.spans_stream)
+        try:
+            projected: dict[str, Any] = await self.projected_counts()
+        except ProjectorUnavailable as exc:  # the log's counts still answer; the two the projection gives say why not
+            projected = {"total_attempts": None, "total_spans": None, "projector": str(exc)}
         return {
             "name": type(self).__name__,
             "total_rollouts": len(rollouts),
+            **projected,
             "total_resources": sum(1 for s in subjects if s.split(".")[1] == "res"),
             "total_workers": sum(1 for s in subjects if s.split(".")[1] == "wk"),
             "total_span_events": spans.state.messages,
@@ -79,14 +86,16 @@ async def connect(
     projector_token: str | None = None,
     name: str = "voltbus-store",
 ) -> Store:
-    """Connect a store client to the bus (``url`` overrides the settings' URL); ``projector_url`` is
+    """Connect a store client to the bus (``url`` overrides the settings' URL; without ``settings``, the
+    environment's, as every voltbus process reads them: ``VOLTBUS_NATS__NAMESPACE`` included); ``projector_url`` is
     where its query_* methods reach the running projector (default: ``VOLTBUS_PROJECTOR__URL``,
     ``http://127.0.0.1:8765``), with ``projector_token`` (default: ``VOLTBUS_PROJECTOR__TOKEN``)."""
-    settings = settings or NatsSettings()
+    environment = Settings()
+    settings = settings or environment.nats  # VOLTBUS_NATS__* (namespace, credentials) apply, as in every process
     if url:
         settings = settings.model_copy(update={"url": url})
     store = Store(await EventLog.connect(settings, name=name))
-    projector = Settings().projector
+    projector = environment.projector
     store.projector_url = projector_url or projector.url
     store.projector_token = projector_token or projector.token
     return store

@@ -19,7 +19,9 @@ from voltbus.projections.ipc import from_ipc
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.schemas.resources import Resource
 from voltbus.schemas.spans import SpanEventInfo, SpanStatus
+from voltbus.schemas.workers import flat_stats
 from voltbus.services.lifecycle import RolloutState
+from voltbus.services.lifecycle.state import TERMINAL_ROLLOUT
 
 from .base import StoreBase
 from .types import Attempt, PaginatedResult, ResourcesUpdate, Rollout, Span, Worker
@@ -110,6 +112,30 @@ def _filters(logic: str, **given: Any) -> dict[str, Any]:
     return params
 
 
+_PLAIN = {(scope, -1, 0, "sequence_id", "asc") for scope in ("latest", None)}
+"""``query_spans`` arguments a fetch of finished rollouts' spans answers: every span or the latest attempt's, in the
+default order, one page of all."""
+
+
+def _span(r: dict[str, Any]) -> Span:
+    """A span record from its projected row."""
+    return Span(
+        rollout_id=r["rollout_id"],
+        attempt_id=r["attempt_id"],
+        sequence_id=r["sequence_id"],
+        trace_id=r["trace_id"],
+        span_id=r["span_id"],
+        parent_id=r["parent_id"],
+        name=r["name"],
+        status=SpanStatus(status_code=r["status_code"], description=r["status_description"]),
+        attributes=json.loads(r["attributes"] or "{}"),
+        events=msgspec.json.decode(r["events"] or "[]", type=list[SpanEventInfo]),
+        start_time=r["start_time"],
+        end_time=r["end_time"],
+        resource_attributes=json.loads(r["resource_attributes"] or "{}"),
+    )
+
+
 class QueryMethods(StoreBase):
     """Agent Lightning's query_* methods over the projection."""
 
@@ -134,9 +160,15 @@ class QueryMethods(StoreBase):
     ) -> tuple[list[dict[str, Any]], int]:
         sql = _QUERIES[name].replace("{order}", order)
         params = {**params, "limit": None if limit < 0 else limit, "offset": max(offset, 0)}
+        rows = await self._rows(sql, params)
+        total = int(rows[0]["total"]) if rows else 0
+        return [r for r in rows if r.get("page_position") is not None], total
+
+    async def _rows(self, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The rows of ``sql`` once the projector has applied this client's writes and the ends it has seen."""
         deadline = self.settings.query_timeout_s
-        written = {s: n for s, n in self.log.written.items() if n}  # naming spans also waits for held training rows
-        body = {"sql": sql, "params": params, "min_seq": written, "timeout": deadline}
+        # no training table is read here: no wait for training rows of attempts that ended (``training``)
+        body = {"sql": sql, "params": params, "min_seq": self.floors(), "timeout": deadline, "training": False}
         url = self.projector_url.rstrip("/") + "/sql"
         try:
             headers = {"Authorization": f"Bearer {self.projector_token}"} if self.projector_token else None
@@ -147,9 +179,16 @@ class QueryMethods(StoreBase):
             raise ProjectorUnavailable(self._behind(url, response.json().get("error", "")))
         if response.status_code != 200:
             raise InvalidCommand(response.json().get("error", response.text))
-        rows = from_ipc(response.content).to_pylist()
-        total = int(rows[0]["total"]) if rows else 0
-        return [r for r in rows if r.get("page_position") is not None], total
+        return from_ipc(response.content).to_pylist()
+
+    async def _spans_of_finished(self, rollout_ids: list[str]) -> list[dict[str, Any]]:
+        """The spans of every attempt of ``rollout_ids``, with a ``latest`` column (``finished.py``)."""
+        return await self._rows(_QUERIES["spans_of_finished"], {"rollout_ids": rollout_ids})
+
+    async def projected_counts(self) -> dict[str, int]:
+        """Attempts and spans in the projection (Agent Lightning's ``total_attempts``, ``total_spans``)."""
+        [row] = await self._rows(_QUERIES["statistics"], {})
+        return {"total_attempts": int(row["total_attempts"]), "total_spans": int(row["total_spans"])}
 
     def _behind(self, url: str, error: str) -> str:
         """Why a query gave up waiting for this client's writes to reach the projection."""
@@ -178,6 +217,10 @@ class QueryMethods(StoreBase):
             "query_rollouts", order_clause("query_rollouts", sort_by, sort_order), params, limit, offset
         )
         items = [rollout_view(_state.decode(r["state"])) for r in rows]
+        pairs = zip(rows, items, strict=True)
+        ended = {r.rollout_id: row["last_seq"] for row, r in pairs if r.status in TERMINAL_ROLLOUT}
+        if ended:
+            await self.saw_ended(max(ended.values()), list(ended))
         return PaginatedResult(items=items, limit=limit, offset=offset, total=total)
 
     async def query_attempts(
@@ -240,29 +283,21 @@ class QueryMethods(StoreBase):
             name=name,
             name_contains=name_contains,
         )
+        plain = params["no_filter"] and (attempt_id, limit, offset, sort_by, sort_order) in _PLAIN
+        if plain and self.finished.knows(rollout_id):
+            try:  # finished and seen so by this client: fetched together with the others seen finished with it
+                found = await self.finished.rows(rollout_id, self._spans_of_finished)
+            except VoltbusError:  # e.g. too many spans for one answer: each is asked for on its own
+                found = None
+            if found is not None:
+                items = [_span(r) for r in found if attempt_id is None or r["latest"]]
+                return PaginatedResult(items=items, limit=limit, offset=offset, total=len(items))
         scope = "all" if attempt_id is None else "latest" if attempt_id == "latest" else "one"
         params |= {"rollout_id": rollout_id, "attempt_scope": scope, "attempt_id": attempt_id or ""}
         rows, total = await self._query(
             "query_spans", order_clause("query_spans", sort_by, sort_order), params, limit, offset
         )
-        items = [
-            Span(
-                rollout_id=r["rollout_id"],
-                attempt_id=r["attempt_id"],
-                sequence_id=r["sequence_id"],
-                trace_id=r["trace_id"],
-                span_id=r["span_id"],
-                parent_id=r["parent_id"],
-                name=r["name"],
-                status=SpanStatus(status_code=r["status_code"], description=r["status_description"]),
-                attributes=json.loads(r["attributes"] or "{}"),
-                events=msgspec.json.decode(r["events"] or "[]", type=list[SpanEventInfo]),
-                start_time=r["start_time"],
-                end_time=r["end_time"],
-                resource_attributes=json.loads(r["resource_attributes"] or "{}"),
-            )
-            for r in rows
-        ]
+        items = [_span(r) for r in rows]
         return PaginatedResult(items=items, limit=limit, offset=offset, total=total)
 
     async def query_resources(
@@ -315,7 +350,7 @@ class QueryMethods(StoreBase):
             Worker(
                 worker_id=r["worker_id"],
                 status=r["status"],
-                heartbeat_stats=json.loads(r["heartbeat_stats"]) if r["heartbeat_stats"] else None,
+                heartbeat_stats=flat_stats(json.loads(r["heartbeat_stats"])) if r["heartbeat_stats"] else None,
                 last_heartbeat_time=r["last_heartbeat_time"],
                 last_dequeue_time=r["last_dequeue_time"],
                 last_busy_time=r["last_busy_time"],

@@ -297,7 +297,9 @@ class RolloutMethods(StoreBase):
 
     async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
         """The rollout with its latest attempt, or None when it does not exist."""
-        state, _ = await self.log.load(decider, rollout_id)
+        state, seq = await self.log.load(decider, rollout_id)
+        if decider.is_terminal(state):
+            await self.saw_ended(seq, [rollout_id])  # a query after it sees the end and the spans
         return rollout_view(state) if state.status is not None else None
 
     async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:

@@ -109,7 +109,7 @@ def resources_view(event: ResourcesPublished, created: float) -> ResourcesUpdate
 
 def worker_view(report: WorkerStatusReported) -> Worker:
     """A worker record from its latest full snapshot."""
-    stats = msgspec.to_builtins(report.heartbeat_stats) if report.heartbeat_stats else None
+    stats = report.heartbeat_stats.flat() if report.heartbeat_stats else None
     return Worker(
         worker_id=report.worker_id,
         status=report.status,

@@ -13,39 +13,74 @@ from .base import StoreBase
 from .types import Rollout
 from .views import rollout_view
 
+LOADS_AT_ONCE = 32
+"""Rollouts read at once by one ``wait_for_rollouts`` (one direct get each, pipelined on the connection)."""
+FINISHED_KEPT = 4096
+"""Finished rollouts whose state a client keeps, to check only their last sequence when asked again."""
+
 
 class WaitMethods(StoreBase):
     """Waiting for rollouts to finish."""
 
+    _finished_states: dict[str, tuple[RolloutState, int]]
+
     async def wait_for_rollouts(self, *, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
         """The rollouts that are finished, or finish before ``timeout``, in the order asked.
 
-        ``timeout`` None waits until all finish; 0 or less only checks. Unknown ids raise UnknownRollout.
+        ``timeout`` None waits until all finish; 0 or less only checks. Unknown ids raise UnknownRollout. A query
+        made after this returns sees the returned rollouts' final state and spans (``saw_ended``).
         """
         wanted = list(dict.fromkeys(rollout_ids))
+        follow = timeout is None or timeout > 0
         # note the stream position before reading, then follow the log from there: nothing is missed
-        start = (await self.log.js.stream_info(self.topology.control_stream)).state.last_seq
-        done = {rid: state for rid in wanted if decider.is_terminal(state := await self._state(rid))}
-        if len(done) < len(wanted) and (timeout is None or timeout > 0):
+        start = (await self.log.js.stream_info(self.topology.control_stream)).state.last_seq if follow else 0
+        done: dict[str, RolloutState] = {}
+        last = 0
+        for rid, (state, seq) in zip(wanted, await self._states_at(wanted), strict=True):
+            if decider.is_terminal(state):
+                done[rid], last = state, max(last, seq)
+        if len(done) < len(wanted) and follow:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
-                    await self._follow_until_done(wanted, done, start)
+                    last = max(last, await self._follow_until_done(wanted, done, start))
+        if last:
+            await self.saw_ended(last, list(done))
         return [rollout_view(done[rid]) for rid in wanted if rid in done]
 
-    async def _follow_until_done(self, wanted: list[str], done: dict[str, RolloutState], start: int) -> None:
-        pending = set(wanted) - set(done)
+    async def _states_at(self, rollout_ids: list[str]) -> list[tuple[RolloutState, int]]:
+        """The current state and last sequence of each rollout, read ``LOADS_AT_ONCE`` at a time (an algorithm polls
+        a whole batch). A rollout this client saw finished is folded again only when its last sequence moved."""
+        gate = asyncio.Semaphore(LOADS_AT_ONCE)
+
+        async def one(rid: str) -> tuple[RolloutState, int]:
+            async with gate:
+                seen = self._finished_states.get(rid)
+                if seen is not None and await self.log.head(rid) == seen[1]:
+                    return seen
+                state, seq = await self._state_at(rid)
+                if decider.is_terminal(state):
+                    self._finished_states[rid] = (state, seq)
+                    while len(self._finished_states) > FINISHED_KEPT:
+                        self._finished_states.pop(next(iter(self._finished_states)))
+                return state, seq
+
+        return list(await asyncio.gather(*(one(rid) for rid in rollout_ids)))
+
+    async def _follow_until_done(self, wanted: list[str], done: dict[str, RolloutState], start: int) -> int:
+        """Follow the rollouts' events until all are finished; the sequence of the last end seen."""
+        pending, last = set(wanted) - set(done), 0
         replay = self.log.replay("control", from_seq=start + 1, follow=True, subject=self.topology.every_rollout)
         try:
             async for item in replay:
                 rid = item.subject.split(".")[2]
-                if (
-                    rid in pending
-                    and isinstance(item, Envelope)
-                    and decider.is_terminal(state := await self._state(rid))
-                ):
-                    done[rid] = state
+                if rid not in pending or not isinstance(item, Envelope):
+                    continue
+                state, seq = await self._state_at(rid)
+                if decider.is_terminal(state):
+                    done[rid], last = state, max(last, seq)
                     pending.discard(rid)
                     if not pending:
-                        return
+                        return last
         finally:
             await replay.aclose()  # type: ignore[attr-defined]
+        return last

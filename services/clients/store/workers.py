@@ -12,7 +12,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
 from msgspec import UNSET
 from msgspec.structs import replace
 from nats.js.errors import NotFoundError
@@ -96,7 +95,7 @@ class WorkerMethods(StoreBase):
 
     async def update_worker(self, worker_id: str, heartbeat_stats: Any = UNSET) -> Worker:
         """Record a heartbeat (and its host stats); never changes the worker's status."""
-        stats = None if heartbeat_stats is UNSET else msgspec.convert(heartbeat_stats, HeartbeatStats)
+        stats = None if heartbeat_stats is UNSET else HeartbeatStats.of(heartbeat_stats)
 
         def beat(w: WorkerStatusReported, now: float) -> WorkerStatusReported:
             return replace(w, last_heartbeat_time=now, heartbeat_stats=stats or w.heartbeat_stats)
@@ -105,7 +104,7 @@ class WorkerMethods(StoreBase):
 
     async def start_worker_session(self, worker_id: str, session_id: str, heartbeat_stats: Any = UNSET) -> Worker:
         """voltbus addition (the runner's, at its start): open a new session on the worker, idle and beating."""
-        stats = None if heartbeat_stats is UNSET else msgspec.convert(heartbeat_stats, HeartbeatStats)
+        stats = None if heartbeat_stats is UNSET else HeartbeatStats.of(heartbeat_stats)
 
         def open_session(w: WorkerStatusReported, now: float) -> WorkerStatusReported:
             return replace(

@@ -24,7 +24,7 @@ from voltbus.services.clients.store import EnqueueRolloutRequest
 
 from ..session import History, LearnerError, Session
 from .critic import Critic
-from .search import Candidate, Example, SearchSettings, batches, parents, select, unusable
+from .search import Candidate, Example, SearchSettings, batches, parents, placeholders, select, unusable
 
 ROLLOUTS_SQL = (Path(__file__).parent / "rollouts.sql").read_text()
 
@@ -50,10 +50,13 @@ class Search:
         self.published: set[str] = set()
         self.rerun: set[int] = set()
         """Rounds begun before a restart and not completed: run again without recording another batch."""
+        self.fields: frozenset[str] = frozenset()
+        """The names the seed template fills: an edit may fill only these (the agent is known to supply them)."""
 
     async def run(self, seed: PromptTemplate, history: History | None = None) -> dict[str, Any]:
         """Score ``seed`` on the whole validation set, search, publish the best; the run's result.
         With the ``history`` of a run that stopped after some rounds, continue from its last checkpoint."""
+        self.fields = placeholders(seed)
         state = self.resume(history) if history is not None and history.next_step > 0 else None
         if state is None:
             start = await self.publish(seed)
@@ -160,7 +163,7 @@ class Search:
         if text is None:
             return None
         edited = PromptTemplate(template=text, engine=parent.template.engine)
-        return "edits_unformattable" if unusable(edited, self.train + self.val) else edited
+        return "edits_unformattable" if unusable(edited, self.fields) else edited
 
     async def publish(self, template: PromptTemplate) -> Candidate:
         """The run's next resources version, with ``template`` as the prompt resource."""

@@ -1,5 +1,5 @@
-"""The pure parts of APO's beam search over prompt templates: drawing batches, choosing parents,
-keeping the best candidates, checking an edited template, and rendering rollouts for the critic.
+"""The pure parts of APO's beam search over prompt templates: drawing batches, choosing parents, keeping
+the best candidates, checking an edit against the seed's names, and rendering rollouts for the critic.
 Nothing here does I/O; ``voltbus.trainer.apo`` runs the search against the bus.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import string
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -120,23 +121,66 @@ def unfence(text: str) -> str:
     return fenced.group(1).strip() if fenced else text
 
 
-def unusable(template: PromptTemplate, tasks: Sequence[Any]) -> str | None:
-    """Why ``template`` cannot be used for ``tasks`` (empty, or does not format with a task's fields), or None.
-    A task that is not a mapping is formatted as ``task=...``.
+def placeholders(template: PromptTemplate) -> frozenset[str]:
+    """The names a template fills (the root of ``{a.b}`` / ``{a[0]}``; jinja's undeclared variables);
+    ValueError when it does not parse or has a positional field.
 
-    >>> unusable(PromptTemplate(template="Solve {question}"), [{"question": "1+1"}]) is None
+    >>> sorted(placeholders(PromptTemplate(template="Find {date} at {t.hour:{width}} {{literal}}")))
+    ['date', 't', 'width']
+    >>> loop = "{% for s in steps %}{{ s }} {{ goal }}{% endfor %}"
+    >>> sorted(placeholders(PromptTemplate(template=loop, engine="jinja")))
+    ['goal', 'steps']
+    >>> placeholders(PromptTemplate(template="Answer {question"))
+    Traceback (most recent call last):
+    ...
+    ValueError: expected '}' before end of string
+    """
+    if template.engine == "jinja":
+        import jinja2.meta
+        import jinja2.sandbox
+
+        try:
+            ast = jinja2.sandbox.SandboxedEnvironment().parse(template.template)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ValueError(str(exc)) from None
+        return frozenset(jinja2.meta.find_undeclared_variables(ast))
+    if template.engine != "f-string":
+        raise ValueError(f"engine {template.engine!r} is not supported")
+    return frozenset(_fields(template.template))
+
+
+def _fields(text: str) -> Iterator[str]:
+    for _, field, spec, _ in string.Formatter().parse(text):
+        if field is None:
+            continue
+        root = re.split(r"[.\[]", field, maxsplit=1)[0]
+        if not root or root.isdigit():
+            raise ValueError(f"positional field {{{field}}}: templates are filled by name")
+        yield root
+        yield from _fields(spec or "")
+
+
+def unusable(template: PromptTemplate, fields: frozenset[str] | None = None) -> str | None:
+    """Why ``template`` cannot be used (empty, does not parse, or fills a name outside ``fields``: those of the
+    seed template, which the agent is known to supply), or None. Where the agent takes the values from (the
+    task, a field of it, anything it computes) is the agent's business, as in Agent Lightning.
+
+    >>> unusable(PromptTemplate(template="Solve {question} step by step"), frozenset({"question"})) is None
     True
-    >>> unusable(PromptTemplate(template="Solve {problem}"), [{"question": "1+1"}])
-    "does not format with a task's fields: KeyError('problem')"
+    >>> unusable(PromptTemplate(template="Solve {problem}"), frozenset({"question"}))
+    "fills names the seed template does not: ['problem']"
+    >>> unusable(PromptTemplate(template="Find a room on {date}"))  # the seed: any names
+    >>> unusable(PromptTemplate(template="Answer {question"))
+    "does not parse: expected '}' before end of string"
     """
     if not template.template.strip():
         return "empty template"
-    for task in tasks:
-        fields = task if isinstance(task, dict) else {"task": task}
-        try:
-            template.format(**fields)
-        except Exception as exc:  # noqa: BLE001 - any formatting failure (KeyError, ValueError, jinja errors) disqualifies
-            return f"does not format with a task's fields: {exc!r}"
+    try:
+        names = placeholders(template)
+    except ValueError as exc:
+        return f"does not parse: {exc}"
+    if fields is not None and (extra := sorted(names - fields)):
+        return f"fills names the seed template does not: {extra}"
     return None
 
 

@@ -7,6 +7,7 @@ agent does with voltbus (resources, prompt template, emitters, reward) is as an 
 from __future__ import annotations
 
 import ast
+import contextlib
 import operator
 import os
 import signal
@@ -180,6 +181,65 @@ async def openai_agent(task: dict[str, Any], llm: agl.LLM) -> float:
     return 1.0 if reply.choices[0].message.content == str(task["answer"]) else 0.0
 
 
+@agl.llm_rollout
+def raw_response_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    """Calls the model as langchain-openai does: ``with_raw_response.create``, then ``parse()``."""
+    import openai
+
+    client = openai.OpenAI(base_url=llm.endpoint, api_key="not-needed")
+    raw = client.chat.completions.with_raw_response.create(
+        model=llm.model, messages=[{"role": "user", "content": task["question"]}], logprobs=True
+    )
+    reply = raw.parse()
+    return 1.0 if raw.headers.get("content-type") and reply.choices[0].message.content == str(task["answer"]) else 0.0
+
+
+@agl.llm_rollout
+async def parse_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    """Structured outputs, as Agent Lightning's APO judge asks for them: ``chat.completions.parse``."""
+    import openai
+    import pydantic
+
+    class Answer(pydantic.BaseModel):
+        value: int
+
+    client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="not-needed")
+    reply = await client.chat.completions.parse(
+        model=llm.model, messages=[{"role": "user", "content": task["question"]}], response_format=Answer
+    )
+    parsed = reply.choices[0].message.parsed
+    return 1.0 if parsed is not None and parsed.value == task["answer"] else 0.0
+
+
+_arrived: dict[str, tuple[list[str], Any]] = {}
+
+
+@agl.rollout
+async def global_otel_agent(task: dict[str, Any], prompt_template: agl.PromptTemplate) -> float:
+    """Traces with OpenTelemetry's global API, as third-party instrumentations do: two nested spans, started
+    once ``task["together"]`` rollouts of its group are inside (so concurrent rollouts interleave), and one
+    span from a thread that did not inherit the context (outside every attempt)."""
+    import asyncio
+
+    from opentelemetry import trace
+
+    tracer = trace.get_tracer("third-party")
+    arrived, everyone = _arrived.setdefault(task["group"], ([], asyncio.Event()))
+    arrived.append(task["question"])
+    if len(arrived) >= task["together"]:
+        everyone.set()
+    with contextlib.suppress(TimeoutError):  # the group's other rollouts run too (or it proceeds alone)
+        await asyncio.wait_for(everyone.wait(), 20)
+    with tracer.start_as_current_span("agent", attributes={"task": task["question"]}):
+        await asyncio.sleep(0)  # the other rollouts' spans start here, in between
+        with tracer.start_as_current_span("step", attributes={"task": task["question"]}):
+            await asyncio.sleep(0)
+            detached = threading.Thread(target=lambda: tracer.start_span("detached").end())
+            detached.start()
+            detached.join()
+    return 1.0
+
+
 @agl.rollout
 async def sleeps_async(task: Any, prompt_template: agl.PromptTemplate) -> float:
     import asyncio
@@ -226,10 +286,22 @@ async def raises_its_own_timeout(task: Any, prompt_template: agl.PromptTemplate)
 @agl.rollout
 def agl_env_agent(task: dict[str, Any], prompt_template: agl.PromptTemplate) -> None:
     """An Agent Lightning 1.0-style agent: it knows nothing but the three AGL_* variables."""
+    agl_env_call(task)
+
+
+@agl.rollout
+def agl_env_agent_without_resources(task: dict[str, Any], resources: agl.NamedResources) -> None:
+    """The same, run where no resources were ever published (AL 1.0 agents use none)."""
+    assert resources == {}, resources
+    agl_env_call(task)
+
+
+def agl_env_call(task: dict[str, Any]) -> None:
+    """Ask the gateway the question, post the reward to the events URL."""
     import httpx
     import openai
 
-    key = os.environ["AGL_KEY"] or "none"
+    key = os.environ["AGL_KEY"]  # as AL 1.0's calc_x and gsm8k agents read it: the openai client refuses ""
     client = openai.OpenAI(base_url=os.environ["AGL_OPENAI_BASE_URL"], api_key=key)
     reply = client.chat.completions.create(model="any", messages=[{"role": "user", "content": task["question"]}])
     reward = 1.0 if reply.choices[0].message.content == str(task["answer"]) else 0.0

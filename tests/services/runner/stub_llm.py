@@ -4,6 +4,7 @@ calc_x's ``### ANSWER: x ###`` form when the question asks for it), with token i
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -25,6 +26,8 @@ async def chat(request: Request) -> JSONResponse:
     answer = str(eval(expression, {"__builtins__": {}}))  # the tests only ask arithmetic
     if "### ANSWER" in question:  # asked for calc_x's answer format
         answer = f"The result is {answer}. ### ANSWER: {answer} ###"
+    if body.get("response_format", {}).get("type") == "json_schema":  # structured outputs: {"value": ...}
+        answer = json.dumps({"value": int(float(answer))})
     return JSONResponse(
         {
             "id": "chatcmpl-stub",

@@ -70,3 +70,43 @@ def test_the_runner_command_prints_one_line_and_exits_1_for_a_bad_agent(tmp_path
         f"voltbus: error: cannot import agent module '{file}': "
         "SyntaxError: '(' was never closed (broken_agent.py, line 1)"
     ]
+
+
+def test_a_function_with_a_signature_no_agent_pattern_matches_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "odd_agent.py").write_text("def agent(question, model):\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(AgentLoadError) as failed:
+        load_agent("odd_agent:agent")
+    assert str(failed.value).startswith("'odd_agent:agent' is not a usable rollout function: Function signature")
+    assert "(task, llm[, rollout])" in str(failed.value)
+
+
+@pytest.mark.parametrize("where", [[], ["--in-process"]], ids=["agent host", "in-process"])
+def test_the_runner_command_prints_one_line_for_an_agent_with_an_unknown_signature(
+    tmp_path: Path, where: list[str]
+) -> None:
+    file = tmp_path / "odd_agent.py"
+    file.write_text("def agent(question, model):\n    return 1.0\n")
+    done = run_runner("-c", "from voltbus.cli import main; main()", "runner", *where, "--agent", f"{file}:agent")
+    assert (done.returncode, done.stdout) == (1, "")
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"voltbus: error: '{file}:agent' is not a usable rollout function: Function signature")
+
+
+def test_an_agent_file_that_defines_a_dataclass_loads(tmp_path: Path) -> None:
+    """``file.py:name`` registers the module as an import does: ``dataclasses`` looks its module up by name."""
+    file = tmp_path / "typed_agent.py"
+    file.write_text(
+        "from __future__ import annotations\n"
+        "import dataclasses\n"
+        "@dataclasses.dataclass\n"
+        "class Answer:\n"
+        "    value: int\n"
+        "def agent(task, resources):\n"
+        "    return float(Answer(value=task['x']).value)\n"
+    )
+    agent = load_agent(f"{file}:agent")
+    assert agent.rollout({"x": 3}, {}, None) == 3.0  # type: ignore[arg-type]
+    assert agent.__module__ in sys.modules and sys.modules[agent.__module__].Answer(value=1).value == 1

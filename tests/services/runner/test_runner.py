@@ -153,6 +153,34 @@ async def test_openai_client_calls_are_captured_with_token_ids(store: Store, nat
     assert [e.value for e in rewards] == [1.0]
 
 
+@pytest.mark.parametrize(
+    ("agent", "span_name"),
+    [("raw_response_agent", "openai.chat.completions.create"), ("parse_agent", "openai.chat.completions.parse")],
+    ids=["with_raw_response.create", "parse"],
+)
+async def test_raw_response_and_parse_calls_are_captured_and_the_agent_gets_its_reply(
+    store: Store, nats_settings: NatsSettings, agent: str, span_name: str
+) -> None:
+    """``with_raw_response`` (langchain-openai's way) hands the agent its ``LegacyAPIResponse`` and is recorded;
+    ``parse`` (structured outputs) is recorded as a span of its own."""
+    from voltbus.schemas.resources import LLM
+
+    from .stub_llm import stub_llm
+
+    async with stub_llm() as base_url:
+        update = await store.add_resources({"main_llm": LLM(endpoint=base_url, model="stub")})
+        rollout = await store.enqueue_rollout({"question": "2+2", "answer": 4}, resources_id=f"{update.resources_id}:1")
+        [done] = await run_until_done(runner_settings(nats_settings), f"{AGENTS}:{agent}", store, [rollout.rollout_id])
+    assert done.status == "succeeded", done.attempt.error
+    spans, rewards = await telemetry(store, rollout.rollout_id)
+    [call] = [s for s in spans if s.name.startswith("openai.")]
+    assert call.name == span_name
+    assert call.attributes["voltbus.llm.prompt_token_ids"] == [101, 102, 103]
+    assert call.attributes["voltbus.llm.response_token_ids"] == [7, 8]
+    assert '"content": "2+2"' in call.attributes["voltbus.llm.request"]
+    assert [e.value for e in rewards] == [1.0]
+
+
 async def test_in_process_async_agent_is_stopped_at_its_timeout(store: Store, nats_settings: NatsSettings) -> None:
     rollout = await store.enqueue_rollout("slow", config=RolloutConfig(timeout_seconds=0.5))
     [done] = await run_until_done(runner_settings(nats_settings), f"{AGENTS}:sleeps_async", store, [rollout.rollout_id])

@@ -299,11 +299,11 @@ def run_up(services: dict[str, Service], cwd: Path, data_dir: Path, deadline_s: 
     began, code = time.monotonic(), 1
     try:
         up.start(deadline_s)
+        admin = up.bus.bus.auth_dir / "admin.env" if up.bus and up.bus.bus.auth_dir else None
+        if admin is not None and admin.is_file():  # written before the summary, which says the services are ready
+            write_host_env(admin, host_env(up))  # the bus and projector of this machine, for voltbus commands
         say(summary(up, time.monotonic() - began))
-        if up.bus and up.bus.bus.auth_dir:
-            admin = up.bus.bus.auth_dir / "admin.env"
-            if admin.is_file():
-                write_host_env(admin, host_env(up))  # the bus and projector of this machine, for voltbus commands
+        if admin is not None:
             needs = "the bus requires a user, the gateway a key, SQL and the dashboard a token"
             say(f"up: {needs}; yours (with the bus URL): set -a; . {admin}; set +a")
         code = up.supervise(keep_going, exit_from)

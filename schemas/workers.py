@@ -83,13 +83,13 @@ class HeartbeatStats(msgspec.Struct, frozen=True, kw_only=True):
 
     def flat(self) -> dict[str, Any]:
         """The stats as one dict again: the known fields and the ``extra`` keys side by side."""
-        return flat_stats(msgspec.to_builtins(self))
+        return HeartbeatStats.flatten(msgspec.to_builtins(self))
 
-
-def flat_stats(stats: dict[str, Any]) -> dict[str, Any]:
-    """A stats dict as stored (``extra`` nested) made flat, as its caller sent it."""
-    extra = stats.pop("extra", None) or {}
-    return {**stats, **extra}
+    @staticmethod
+    def flatten(stats: dict[str, Any]) -> dict[str, Any]:
+        """A stats dict as stored (``extra`` nested) made flat, as its caller sent it."""
+        extra = stats.pop("extra", None) or {}
+        return {**stats, **extra}
 
 
 class WorkerStatusReported(Event, frozen=True, kw_only=True):

@@ -19,7 +19,7 @@ from voltbus.projections.ipc import from_ipc
 from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.schemas.resources import Resource
 from voltbus.schemas.spans import SpanEventInfo, SpanStatus
-from voltbus.schemas.workers import flat_stats
+from voltbus.schemas.workers import HeartbeatStats
 from voltbus.services.lifecycle import RolloutState
 from voltbus.services.lifecycle.state import TERMINAL_ROLLOUT
 
@@ -115,6 +115,11 @@ def _filters(logic: str, **given: Any) -> dict[str, Any]:
 _PLAIN = {(scope, -1, 0, "sequence_id", "asc") for scope in ("latest", None)}
 """``query_spans`` arguments a fetch of finished rollouts' spans answers: every span or the latest attempt's, in the
 default order, one page of all."""
+
+
+def _stats(text: str | None) -> dict[str, Any] | None:
+    """A worker's heartbeat stats as projected (JSON), flat as its caller sent them."""
+    return HeartbeatStats.flatten(json.loads(text)) if text else None
 
 
 def _span(r: dict[str, Any]) -> Span:
@@ -350,7 +355,7 @@ class QueryMethods(StoreBase):
             Worker(
                 worker_id=r["worker_id"],
                 status=r["status"],
-                heartbeat_stats=flat_stats(json.loads(r["heartbeat_stats"])) if r["heartbeat_stats"] else None,
+                heartbeat_stats=_stats(r["heartbeat_stats"]),
                 last_heartbeat_time=r["last_heartbeat_time"],
                 last_dequeue_time=r["last_dequeue_time"],
                 last_busy_time=r["last_busy_time"],

@@ -39,6 +39,14 @@ def load_tasks(path: Path) -> list[Any]:
     return tasks
 
 
+def refuse_early(settings: Settings, tasks: list[Any]) -> None:
+    """Refuse, before the run is registered or anything connects, an empty dataset and a backend this machine cannot
+    run."""
+    if not tasks:
+        raise LearnerError("the training dataset is empty: the task file holds no task")
+    check_backend(settings.learner)
+
+
 async def run(settings: Settings, tasks: list[Any], say: Callable[[str], None]) -> str:
     """Train (or continue) the run named in the settings, validating before and after when asked;
     returns its id. A run that already finished is reported and left as it is."""
@@ -46,9 +54,7 @@ async def run(settings: Settings, tasks: list[Any], say: Callable[[str], None]) 
     from .grpo.validate import validate
 
     s = settings.learner
-    if not tasks:  # refused before the run is registered, or anything connects
-        raise LearnerError("the training dataset is empty: the task file holds no task")
-    check_backend(s)  # a backend this machine cannot run fails before anything connects
+    refuse_early(settings, tasks)
     run_id = s.run_id or new_run_id()
     val = load_tasks(s.val_tasks) if s.val_tasks else []
     say(f"run {run_id} (continue it with --run-id {run_id}); projector {settings.projector.url}")

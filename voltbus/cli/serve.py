@@ -142,10 +142,12 @@ def learner(
     projector_url: ProjectorUrl = None,
 ) -> None:
     """Run the GRPO learner: publish versions, enqueue batches, train on their rows, resume after a crash."""
-    from voltbus.services.learner.app import load_tasks, run
+    from voltbus.services.learner.app import load_tasks, refuse_early, run
 
-    settings = projector_checked(settings_for(nats_url, projector_url))
+    settings = settings_for(nats_url, projector_url)
     updates = {"model_dir": model, "run_id": run_id, "steps": steps, "val_tasks": val_tasks}
     updates["time_budget_s"] = time_budget_s
     settings.learner = settings.learner.model_copy(update={k: v for k, v in updates.items() if v is not None})
-    asyncio.run(run(settings, load_tasks(tasks), say))
+    loaded = load_tasks(tasks)
+    refuse_early(settings, loaded)  # before the projector is asked who it is
+    asyncio.run(run(projector_checked(settings), loaded, say))

@@ -30,10 +30,10 @@ async def test_the_runner_logs_each_rollouts_outcome(
     store: Store, nats_settings: NatsSettings, caplog: pytest.LogCaptureFixture
 ) -> None:
     good = await store.enqueue_rollout("fine")
-    bad = await store.enqueue_rollout("boom")
     with caplog.at_level(logging.INFO, logger="voltbus.services.runner.app"):
         settings = runner_settings(nats_settings, agents="in-process")
         await run_until_done(settings, f"{AGENTS}:returns_float", store, [good.rollout_id])
+        bad = await store.enqueue_rollout("boom")  # queued only now: the first runner could have claimed it
         await run_until_done(settings, f"{AGENTS}:raises", store, [bad.rollout_id])
     lines = [r.getMessage() for r in caplog.records if r.name == "voltbus.services.runner.app"]
     assert any(f"rollout_id={good.rollout_id} attempt=1 worker=" in m and ": succeeded in " in m for m in lines)

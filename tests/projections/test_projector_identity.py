@@ -68,7 +68,9 @@ async def test_sql_says_which_projector_answered_and_refuses_another_namespaces(
         assert f"refusing projector {theirs}" in line and f"namespace {other.namespace}" in line
         by_env = await cli("sql", "SELECT 1", env=env | {"VOLTBUS_PROJECTOR__URL": theirs})
         assert by_env.returncode == 1 and "refusing" in by_env.stderr
-        learner = await cli("learner", "--tasks", str(tmp_path / "none.jsonl"), "--projector-url", theirs, env=env)
+        tasks = tmp_path / "tasks.jsonl"
+        tasks.write_text('{"q": 1}\n')  # (a missing or empty task file is refused first, before the projector is asked)
+        learner = await cli("learner", "--tasks", str(tasks), "--projector-url", theirs, env=env)
         assert learner.returncode == 1 and f"refusing projector {theirs}" in learner.stderr
 
 

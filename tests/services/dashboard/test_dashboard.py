@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.select import Select
@@ -60,6 +61,34 @@ def drawn(browser: WebDriver, script: str) -> object:
     return browser.execute_script(script)
 
 
+# An element's text (an SVG element has no innerText), found and read in one step.
+TEXT = "const e = document.querySelector(arguments[0]); return e ? (e.innerText ?? e.textContent) : null"
+TEXTS = "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText ?? e.textContent)"
+
+
+def text(browser: WebDriver, selector: str) -> str | None:
+    """Read in one driver call: the page redraws between two (the element found goes stale)."""
+    return browser.execute_script(TEXT, selector)
+
+
+def texts(browser: WebDriver, selector: str) -> list[str]:
+    return browser.execute_script(TEXTS, selector)
+
+
+def pick(browser: WebDriver, select_id: str, value: str) -> None:
+    """Choose an option as a user does, again if the page redrew the options meanwhile."""
+    waiting(browser).until(lambda b: Select(b.find_element(By.ID, select_id)).select_by_value(value) or True)
+
+
+def click(browser: WebDriver, selector: str) -> None:
+    waiting(browser).until(lambda b: b.find_element(By.CSS_SELECTOR, selector).click() or True)
+
+
+def waiting(browser: WebDriver) -> WebDriverWait:
+    """A wait that reads again when the page replaced what it was reading."""
+    return WebDriverWait(browser, WAIT_S, ignored_exceptions=(StaleElementReferenceException,))
+
+
 def test_json_endpoints_answer_from_the_projections(live: dict[str, object]) -> None:
     url = live["url"]
     overview = httpx.get(f"{url}/api/overview").json()
@@ -96,7 +125,7 @@ def test_json_endpoints_answer_from_the_projections(live: dict[str, object]) -> 
 
 def test_the_page_draws_the_live_system(live: dict[str, object], browser: WebDriver) -> None:
     browser.get(live["url"])
-    wait = WebDriverWait(browser, WAIT_S)
+    wait = waiting(browser)
     wait.until(lambda b: drawn(b, TABLE.format("#rollout-statuses")) == workload.ROLLOUTS)
     # The page redraws on every poll, so each read takes the DOM at one instant, in one script.
     shown = drawn(browser, SNAPSHOT.format(worker=workload.WORKER))
@@ -122,7 +151,7 @@ def test_the_page_draws_the_live_system(live: dict[str, object], browser: WebDri
     )
     assert dropped == ["0", "0", "2", "0"]
 
-    Select(browser.find_element(By.ID, "rollout-select")).select_by_value(live["shown"])
+    pick(browser, "rollout-select", live["shown"])
     wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#rollout-detail li.span")) == 4)
     detail = drawn(browser, DETAIL)
     assert [int(seq) for seq in detail["seqs"]] == [1, 2, 3, 4]  # document order is sequence order
@@ -188,7 +217,7 @@ def test_the_page_answers_at_a_glance(live: dict[str, object], browser: WebDrive
     browser.set_window_size(1400, 900)
     try:
         browser.get(live["url"])
-        wait = WebDriverWait(browser, WAIT_S)
+        wait = waiting(browser)
         wait.until(lambda b: len(drawn(b, POINTS.format("#validation-chart", ".val"))) == 3)
         glance = drawn(browser, GLANCE)
         assert glance["run"] == workload.RUN  # the newest run with data, not the newer empty one
@@ -205,19 +234,17 @@ def test_the_page_answers_at_a_glance(live: dict[str, object], browser: WebDrive
         assert [(x, round(y, 6)) for x, y, _, _ in both] == [(s, r) for s, r, _ in workload.VALIDATION_SHOWN]
         assert len(drawn(browser, POINTS.format("#reward-chart", ".mean"))) == len(workload.REWARDS)
         ended = [e for _, _, e in workload.VALIDATION_SHOWN]
-        rows = browser.find_elements(By.CSS_SELECTOR, "#validation tr[data-version] td:nth-child(3)")
-        assert [td.text for td in rows] == ended
+        assert texts(browser, "#validation tr[data-version] td:nth-child(3)") == ended
 
-        picker = Select(browser.find_element(By.ID, "run-select"))
-        picker.select_by_value(workload.EMPTY_RUN)  # a run the user picks stays picked, even without data
-        wait.until(lambda b: b.find_element(By.CSS_SELECTOR, "#reward-chart text").text == "no data yet")
-        stamp = browser.find_element(By.ID, "updated").text
-        wait.until(lambda b: b.find_element(By.ID, "updated").text != stamp)  # a later poll
-        assert picker.first_selected_option.get_attribute("value") == workload.EMPTY_RUN
+        pick(browser, "run-select", workload.EMPTY_RUN)  # a run the user picks stays picked, even without data
+        wait.until(lambda b: text(b, "#reward-chart text") == "no data yet")
+        stamp = text(browser, "#updated")
+        wait.until(lambda b: text(b, "#updated") != stamp)  # a later poll
+        assert browser.execute_script("return document.querySelector('#run-select').value") == workload.EMPTY_RUN
 
-        browser.find_element(By.CSS_SELECTOR, "#failures a[data-open]").click()  # the failure opens its rollout
-        wait.until(lambda b: b.find_element(By.ID, "rollout-head").text.split(":")[0] == failed_rollout(live))
-        Select(browser.find_element(By.ID, "rollout-select")).select_by_value(live["shown"])
+        click(browser, "#failures a[data-open]")  # the failure opens its rollout
+        wait.until(lambda b: (text(b, "#rollout-head") or "").split(":")[0] == failed_rollout(live))
+        pick(browser, "rollout-select", live["shown"])
         wait.until(lambda b: (drawn(b, CALL) or {}).get("head", "").startswith(live["shown"]))
         call = drawn(browser, CALL)
         assert call["prompt"] == f"user: {workload.PROMPT}" and call["response"] == workload.ANSWER
@@ -239,11 +266,9 @@ def test_no_data_yet(nats_settings: NatsSettings, tmp_path: Path, browser: WebDr
         overview = httpx.get(f"{facts['url']}/api/overview").json()
         assert overview["empty"] is True and overview["rollouts"] == overview["runs"] == []
         browser.get(facts["url"])
-        WebDriverWait(browser, WAIT_S).until(
-            lambda b: b.find_element(By.ID, "banner").get_attribute("data-state") == "empty"
-        )
-        assert "No data yet" in browser.find_element(By.ID, "banner").text
-        assert browser.find_element(By.CSS_SELECTOR, "#reward-chart text").text == "no data yet"
+        waiting(browser).until(lambda b: b.find_element(By.ID, "banner").get_attribute("data-state") == "empty")
+        assert "No data yet" in text(browser, "#banner")
+        assert text(browser, "#reward-chart text") == "no data yet"
 
 
 def test_projector_down(nats_settings: NatsSettings, tmp_path: Path, browser: WebDriver) -> None:
@@ -255,5 +280,5 @@ def test_projector_down(nats_settings: NatsSettings, tmp_path: Path, browser: We
         assert f"no projector answers at {nowhere}" in answer.json()["error"]
         browser.get(facts["url"])
         banner = browser.find_element(By.ID, "banner")
-        WebDriverWait(browser, WAIT_S).until(lambda b: banner.get_attribute("data-state") == "down")
+        waiting(browser).until(lambda b: banner.get_attribute("data-state") == "down")
         assert nowhere in banner.text and "voltbus projector" in banner.text

@@ -29,6 +29,8 @@ from voltbus.services.clients.store import Span
 from voltbus.services.clients.store.spans import events_of, span_from_otel
 from voltbus.services.clients.telemetry.tracing import SpanCore
 
+from .langchain_tracing import LangchainTracing
+
 log = logging.getLogger(__name__)
 
 RETRY_S, RETRY_MOST_S = 0.2, 5.0
@@ -70,8 +72,8 @@ class _Collector(SpanProcessor):
         return True
 
 
-class LogTracer:
-    """A tracer whose spans end up on the spans stream of the log."""
+class LogTracer(LangchainTracing):
+    """A tracer whose spans end up on the spans stream of the log (``get_langchain_handler``: LangChain runs too)."""
 
     def __init__(self, store: Any, name: str = "voltbus") -> None:
         self.store = store

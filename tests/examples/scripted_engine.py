@@ -21,7 +21,8 @@ Reply = Callable[[dict[str, Any]], dict[str, Any]]
 def tool_call(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> dict[str, Any]:
     """An assistant message that calls one tool."""
     function = {"name": name, "arguments": json.dumps(arguments)}
-    return {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": function}]}
+    calls = [{"id": call_id, "type": "function", "function": function}]
+    return {"role": "assistant", "content": None, "tool_calls": calls}
 
 
 def token_ids(text: str) -> list[int]:
@@ -48,9 +49,15 @@ def scripted_app(reply: Reply, received: list[dict[str, Any]]) -> Starlette:
                   "logprobs": {"content": logprobs}}  # fmt: skip
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(ids), "total_tokens": len(prompt) + len(ids)}
         return JSONResponse(
-            {"id": f"chatcmpl-scripted-{next(numbers)}", "object": "chat.completion", "created": 0,
-             "model": body.get("model", "scripted"), "choices": [choice], "usage": usage,
-             "prompt_token_ids": prompt}  # fmt: skip
+            {
+                "id": f"chatcmpl-scripted-{next(numbers)}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body.get("model", "scripted"),
+                "choices": [choice],
+                "usage": usage,
+                "prompt_token_ids": prompt,
+            }  # fmt: skip
         )
 
     async def models(_: Request) -> Response:

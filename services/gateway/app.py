@@ -33,7 +33,7 @@ from voltbus.services.eventlog import unsubscribe
 from voltbus.services.serving import serve_until
 from voltbus.services.settings import Settings
 
-from . import admin, events, handlers
+from . import admin, agl_api, events, handlers
 from .attribution import Attribution
 from .pause import PauseState
 from .state import Gateway
@@ -54,6 +54,7 @@ def routes() -> list[Route]:
             Route(f"{prefix}/v1/models", handlers.models, methods=["GET"]),
         ]
     out.append(Route("/api/rollouts/{rid}/attempt/{aid}/events", events.post_event, methods=["POST"]))
+    out += agl_api.routes()  # AL 1.0's rollout and model routes
     for path, pause, resume, state in (
         ("/admin", "pause", "resume", "inflight"),
         ("/proxy", "pause", "resume", "state"),

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from voltbus.schemas.errors import ConcurrencyConflict, InvalidCommand, PermissionDenied, UnknownRollout, VoltbusError
@@ -41,6 +41,11 @@ class Model(msgspec.Struct, kw_only=True):
 
 
 MODELS = msgspec.json.Decoder(list[Model])
+
+
+def json_response(content: Any, status_code: int = 200) -> Response:
+    """``content`` as JSON (msgspec: recorded bodies are kept as raw JSON)."""
+    return Response(msgspec.json.encode(content), status_code, media_type="application/json")
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -102,7 +107,7 @@ async def create_rollouts(request: Request) -> Response:
         return error_response(403, "forbidden", f"rollouts not queued: {exc}")
     except VoltbusError as exc:
         return error_response(503, "record_failed", f"rollouts not queued: {exc}")
-    return JSONResponse(created, status_code=201)
+    return json_response(created, status_code=201)
 
 
 async def get_rollout(request: Request) -> Response:
@@ -110,7 +115,7 @@ async def get_rollout(request: Request) -> Response:
     gw = gateway_of(request)
     try:
         require_agent(request, gw.settings, claimed_rollout(request))
-        return JSONResponse(await rollout_detail(gw.store, request.path_params["rid"]))
+        return json_response(await rollout_detail(gw.store, request.path_params["rid"]))
     except GatewayError as exc:
         return exc.response()
 
@@ -146,7 +151,7 @@ async def rollout_events(request: Request) -> Response:
         events = [e for e in events if e["event_type"] == kind]
     if params.get("format") == "triplet":
         events = dedupe([triplet(e) for e in events])
-    return JSONResponse(events)
+    return json_response(events)
 
 
 async def delete_rollout(request: Request) -> Response:
@@ -185,7 +190,7 @@ async def register_models(request: Request) -> Response:
             f"(gateway.upstream_urls: {', '.join(engines)})"
         )
         return error_response(409, "unknown_engine", message)
-    return JSONResponse(msgspec.to_builtins(models), status_code=201)
+    return json_response(msgspec.to_builtins(models), status_code=201)
 
 
 async def delete_models(request: Request) -> Response:

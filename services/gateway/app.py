@@ -12,7 +12,8 @@ Calls go to one of the engines (``upstream_urls``, or ``upstream_url``): see ``r
 
 Also ``POST /api/rollouts/{rid}/attempt/{aid}/events`` (rewards and custom events), ``/healthz``
 (pause state and the engines' health),
-and the admin routes ``/admin/pause|resume|inflight`` with AL 1.0's ``/proxy/pause|resume|state``.
+and the admin routes ``/admin/pause|resume|inflight`` with AL 1.0's ``/proxy/pause|resume|state``,
+and AL 1.0's rollout and model routes (``/api/rollouts``, ``/api/models``: ``agl_api``).
 """
 
 from __future__ import annotations

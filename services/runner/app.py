@@ -16,7 +16,7 @@ from typing import Any
 
 import nats.errors
 
-from voltbus.schemas.errors import VoltbusError
+from voltbus.schemas.errors import InvalidCommand, VoltbusError
 from voltbus.schemas.rollouts import ErrorInfo
 from voltbus.services.clients.agent.global_spans import route_global_spans
 from voltbus.services.clients.agent.instrument import instrument_openai, uninstrument_openai
@@ -66,7 +66,7 @@ def agent_mode(cfg: RunnerSettings, agent: str | LitAgent[Any], hooks: Sequence[
     ('host', 'in-process')
     """
     if cfg.env_map and cfg.mode != "isolate":
-        raise ValueError("runner.env_map sets variables per rollout: it needs isolated agents (--isolate)")
+        raise InvalidCommand("runner.env_map sets variables per rollout: it needs isolated agents (--isolate)")
     if isinstance(agent, str) and not hooks:
         return cfg.mode
     if cfg.mode == "isolate":

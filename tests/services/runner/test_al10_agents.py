@@ -4,6 +4,9 @@ in ``AGL_*``, their reward posted to ``AGL_EVENT_URL``; the record checked in SQ
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -13,6 +16,8 @@ import duckdb
 import pytest
 
 from voltbus.schemas.rollouts import RolloutConfig
+from voltbus.schemas.spans import RewardReported
+from voltbus.services.eventlog import Envelope
 from voltbus.services.gateway import build_app
 from voltbus.services.projector.follow import ends_at, project
 from voltbus.services.projector.projector import Projector
@@ -89,9 +94,6 @@ async def test_a_sync_class_and_a_plain_function_of_the_task_run_too(nats_settin
 
 async def rewards_of(store: Store) -> dict[str, list[float | None]]:
     """Every reward on the log, by rollout."""
-    from voltbus.schemas.spans import RewardReported
-    from voltbus.services.eventlog import Envelope
-
     out: dict[str, list[float | None]] = {}
     async for item in store.log.telemetry():
         if isinstance(item, Envelope) and isinstance(item.event, RewardReported):
@@ -127,3 +129,14 @@ async def test_a_runner_that_is_not_isolated_refuses_env_map_and_agent_classes(
     assert "only an isolated runner (voltbus runner --isolate)" in with_map.attempt.error["message"]
     assert without.status == "failed" and without.attempt.error["type"] == "NotIsolated"
     assert "ChatAgent is an Agent Lightning 1.0 agent class" in without.attempt.error["message"]
+
+
+def test_a_runner_with_env_map_that_is_not_isolated_does_not_start() -> None:
+    """``runner.env_map`` without ``--isolate``: one line and exit code 1, before the bus is asked anything."""
+    env = {**os.environ, "VOLTBUS_RUNNER__ENV_MAP": '{"QUESTION": "input.question"}'}
+    command = [sys.executable, "-c", "from voltbus.cli import main; main()", "runner", "--agent", f"{AGENTS}:ChatAgent"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.splitlines() == [
+        "voltbus: error: runner.env_map sets variables per rollout: it needs isolated agents (--isolate)"
+    ]

@@ -80,7 +80,8 @@ def takes_task_only(func: Any) -> bool:
 def load_agent(path: str) -> LitAgent[Any]:
     """The agent at ``module:attr``, ``file.py:attr`` or (Agent Lightning 1.0's form) ``module.Class``: a LitAgent
     instance or class, an AL 1.0 agent class (``Class().run()``), or a rollout function (``def agent(task)`` too)."""
-    module_name, _, attr = path.rpartition(":") if ":" in path else path.rpartition(".")
+    dotted = ":" not in path and not path.endswith(".py")  # AL 1.0's agent_class form
+    module_name, _, attr = path.rpartition(".") if dotted else path.rpartition(":")
     if not module_name or not attr:
         raise AgentLoadError(f"agent {path!r} must look like 'package.module:name' or 'path/to/file.py:name'")
     module = _load_file(module_name) if module_name.endswith(".py") else _import(module_name)

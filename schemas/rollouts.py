@@ -35,6 +35,10 @@ class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True):
     runner_group: str = ""
     """Only runners of this group claim the rollout (``runner.group``; a ``Trainer`` run's own runners);
     ``""``: the default group, every plain ``voltbus runner``. A voltbus addition."""
+    env_map: dict[str, str] = {}
+    """Environment variable -> task field (``input.question``, ``input.a.0``; ``input``: the whole task) or a
+    literal, set for the rollout's agent process, as Agent Lightning 1.0's ``RolloutLocalConfig.env_map``; a
+    non-string value is set as JSON; a missing field fails the attempt. Needs an isolated runner."""
 
 
 class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):

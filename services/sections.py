@@ -193,6 +193,10 @@ class RunnerSettings(BaseModel):
     gateway_url: str | None = None
     """The gateway's base URL; isolated (``agents = "isolate"``), each rollout's process gets Agent Lightning 1.0's
     ``AGL_OPENAI_BASE_URL`` / ``AGL_EVENT_URL`` / ``AGL_KEY`` pointing at it for that attempt."""
+    env_map: dict[str, str] = Field(default_factory=dict)
+    """Isolated only: environment variable -> task field (``input.question``) or literal, set in every rollout's
+    process as a rollout's ``RolloutConfig.env_map`` is (which wins for the names it has): Agent Lightning 1.0's
+    ``agentlightning.local.env_map``. ``VOLTBUS_RUNNER__ENV_MAP='{"QUESTION": "input.question"}'``."""
 
     @property
     def mode(self) -> str:

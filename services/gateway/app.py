@@ -12,7 +12,8 @@ Calls go to one of the engines (``upstream_urls``, or ``upstream_url``): see ``r
 
 Also ``POST /api/rollouts/{rid}/attempt/{aid}/events`` (rewards and custom events), ``/healthz``
 (pause state and the engines' health),
-and the admin routes ``/admin/pause|resume|inflight`` with AL 1.0's ``/proxy/pause|resume|state``.
+and the admin routes ``/admin/pause|resume|inflight`` with AL 1.0's ``/proxy/pause|resume|state``,
+and AL 1.0's rollout and model routes (``/api/rollouts``, ``/api/models``: ``agl_api``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from voltbus.services.eventlog import unsubscribe
 from voltbus.services.serving import serve_until
 from voltbus.services.settings import Settings
 
-from . import admin, events, handlers
+from . import admin, agl_api, events, handlers
 from .attribution import Attribution
 from .pause import PauseState
 from .state import Gateway
@@ -54,6 +55,7 @@ def routes() -> list[Route]:
             Route(f"{prefix}/v1/models", handlers.models, methods=["GET"]),
         ]
     out.append(Route("/api/rollouts/{rid}/attempt/{aid}/events", events.post_event, methods=["POST"]))
+    out += agl_api.routes()  # AL 1.0's rollout and model routes
     for path, pause, resume, state in (
         ("/admin", "pause", "resume", "inflight"),
         ("/proxy", "pause", "resume", "state"),

@@ -24,7 +24,7 @@ ROLES: dict[str, str] = {
     "admin": "everything: stream administration, backup and restore",
     "coordinator": "requeues, expires and parks rollouts; reads dead letters",
     "runner": "claims rollouts, writes attempts, spans, rewards, heartbeats, worker status",
-    "gateway": "writes model calls, rewards and its own pause/resume events",
+    "gateway": "writes model calls, rewards, its own pause/resume events; queues rollouts (POST /api/rollouts)",
     "learner": "enqueues rollouts, publishes resources versions, run events and weights",
     "inference": "reads resources versions and fetches weights (reads only)",
     "projector": "reads the control and spans streams (reads only)",
@@ -111,7 +111,7 @@ def permissions(role: str, topo: Topology) -> Permissions | None:
         + [f"{API}.CONSUMER.DURABLE.CREATE.{topo.advisories_stream}.{ns}-deadletters"],
         "runner": base + _reads(spans) + _reads(seq) + _pulls(ctrl, topo.dispatch_consumer) + rollouts
         + [f"{ns}.sp.*", f"{ns}.seq.*", f"{ns}.wk.*"],
-        "gateway": base + _reads(spans) + _reads(seq) + [f"{ns}.sp.*", f"{ns}.seq.*", f"{ns}.gw.*"],
+        "gateway": base + _reads(spans) + _reads(seq) + [f"{ns}.sp.*", f"{ns}.seq.*", f"{ns}.gw.*", f"{ns}.ro.*.q"],
         "learner": base + _reads(spans) + _reads(seq) + _reads(weights_stream(topo)) + _weights(topo) + rollouts
         + authority + [f"{ns}.res.*", f"{ns}.run.*"],
         "inference": base + _reads(weights_stream(topo)),

@@ -16,7 +16,8 @@ from typing import Any
 
 import nats.errors
 
-from voltbus.schemas.errors import VoltbusError
+from voltbus.schemas.errors import InvalidCommand, VoltbusError
+from voltbus.schemas.rollouts import ErrorInfo
 from voltbus.services.clients.agent.global_spans import route_global_spans
 from voltbus.services.clients.agent.instrument import instrument_openai, uninstrument_openai
 from voltbus.services.clients.agent.litagent import LitAgent
@@ -45,6 +46,14 @@ SHARED_CREDENTIALS = "agents run in-process: they share this runner's bus creden
 """The start of the warning an opted-in in-process runner logs."""
 
 
+ENV_MAP_NEEDS_ISOLATION = ErrorInfo(
+    type="EnvMapError",
+    message="the rollout's config.env_map sets environment variables per rollout: only an isolated runner "
+    "(voltbus runner --isolate) can run it",
+)
+"""The error of a rollout with an ``env_map`` claimed by a runner that is not isolated."""
+
+
 class AgentFailed(VoltbusError):
     """``Runner.step``: the agent, run in another process, failed its attempt."""
 
@@ -56,6 +65,8 @@ def agent_mode(cfg: RunnerSettings, agent: str | LitAgent[Any], hooks: Sequence[
     >>> agent_mode(RunnerSettings(), "m:a"), agent_mode(RunnerSettings(), "m:a", [object()])
     ('host', 'in-process')
     """
+    if cfg.env_map and cfg.mode != "isolate":
+        raise InvalidCommand("runner.env_map sets variables per rollout: it needs isolated agents (--isolate)")
     if isinstance(agent, str) and not hooks:
         return cfg.mode
     if cfg.mode == "isolate":
@@ -161,7 +172,11 @@ class Runner:
         busy = loop.call_later(delay, self._report_busy, worker_id, rollout.rollout_id) if delay else None
         began = time.monotonic()
         try:
-            if self.mode == "host":
+            if rollout.config.env_map and self.mode != "isolate":  # its variables need a process of its own
+                await self.store.finish_attempt(
+                    rollout.rollout_id, rollout.attempt.attempt_id, ENV_MAP_NEEDS_ISOLATION, worker_id=worker_id
+                )
+            elif self.mode == "host":
                 assert self.host is not None
                 await self.host.run(rollout, key)
             elif self.mode == "isolate":
@@ -169,7 +184,8 @@ class Runner:
                 gateway = self.settings.runner.gateway_url
                 env = agl_environment(gateway, rollout, key) if gateway else None
                 user = self.settings.runner.agent_user
-                await run_isolated(self.store, self.agent_path, rollout, env, key, self.spans_stored, user)
+                env_map = self.settings.runner.env_map
+                await run_isolated(self.store, self.agent_path, rollout, env, key, self.spans_stored, user, env_map)
             else:
                 assert self.agent is not None and self.tracer is not None
                 agent, hooks = self.agent, self.hooks

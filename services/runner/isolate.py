@@ -30,6 +30,7 @@ from voltbus.schemas.rollouts import ErrorInfo
 from voltbus.services.clients.store import AttemptedRollout, Store
 from voltbus.services.keys import NO_KEY
 
+from .envmap import EnvMapError, env_from_map
 from .execute import CANCELLED, MissingResources, error_info, resources_for, with_key
 from .pipe import PipeServer, SpanLimits
 
@@ -118,13 +119,17 @@ async def run_isolated(
     key: str | None = None,
     published: dict[str, float] | None = None,
     user: str | None = None,
+    env_map: dict[str, str] | None = None,
 ) -> None:
-    """Run one rollout in a child process (with ``env`` added); kill its process group at the rollout's timeout.
+    """Run one rollout in a child process (with ``env`` added, then the variables of ``env_map`` (the runner's)
+    updated with the rollout's ``config.env_map``, which may override ``env``, as in AL 1.0); kill its process
+    group at the rollout's timeout.
     ``published``: where the times of its stored spans are kept (the heartbeat's signs of life)."""
     rid, aid, worker = rollout.rollout_id, rollout.attempt.attempt_id, rollout.attempt.worker_id
     try:
+        env = (env or {}) | env_from_map(rollout.input, (env_map or {}) | rollout.config.env_map)
         resources = with_key(await resources_for(store, rollout), key)
-    except MissingResources as exc:
+    except (MissingResources, EnvMapError) as exc:
         with contextlib.suppress(InvalidCommand):
             await store.finish_attempt(rid, aid, error_info(exc), worker_id=worker)
         return

@@ -13,8 +13,10 @@ from types import ModuleType
 from typing import Any
 
 from voltbus.schemas.errors import VoltbusError
-from voltbus.services.clients.agent.decorators import rollout
+from voltbus.services.clients.agent.decorators import FunctionalLitAgent, rollout
 from voltbus.services.clients.agent.litagent import LitAgent
+
+from .classagent import ClassAgent, is_agent_class
 
 
 class AgentLoadError(VoltbusError):
@@ -62,9 +64,24 @@ def _load_file(file: str) -> ModuleType:
     return module
 
 
+def takes_task_only(func: Any) -> bool:
+    """Whether ``func`` can be called with the task alone (``def agent(task)``).
+
+    >>> takes_task_only(lambda task: None), takes_task_only(lambda task, llm: None), takes_task_only(len)
+    (True, False, True)
+    """
+    try:
+        inspect.signature(func).bind(None)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def load_agent(path: str) -> LitAgent[Any]:
-    """The agent at ``module:attr`` or ``file.py:attr``: a LitAgent instance or class, or a rollout function."""
-    module_name, _, attr = path.rpartition(":")
+    """The agent at ``module:attr``, ``file.py:attr`` or (Agent Lightning 1.0's form) ``module.Class``: a LitAgent
+    instance or class, an AL 1.0 agent class (``Class().run()``), or a rollout function (``def agent(task)`` too)."""
+    dotted = ":" not in path and not path.endswith(".py")  # AL 1.0's agent_class form
+    module_name, _, attr = path.rpartition(".") if dotted else path.rpartition(":")
     if not module_name or not attr:
         raise AgentLoadError(f"agent {path!r} must look like 'package.module:name' or 'path/to/file.py:name'")
     module = _load_file(module_name) if module_name.endswith(".py") else _import(module_name)
@@ -76,9 +93,13 @@ def load_agent(path: str) -> LitAgent[Any]:
         return target
     if inspect.isclass(target) and issubclass(target, LitAgent):
         return target()
+    if is_agent_class(target):
+        return ClassAgent(target)
     if callable(target):
         try:
             return rollout(target)
         except (NotImplementedError, ValueError, TypeError) as exc:  # a signature no agent pattern matches
+            if takes_task_only(target):
+                return FunctionalLitAgent(target)
             raise AgentLoadError(f"{path!r} is not a usable rollout function: {exc}") from None
     raise AgentLoadError(f"{path!r} is a {type(target).__name__}, not a LitAgent or a rollout function")

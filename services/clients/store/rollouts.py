@@ -30,6 +30,7 @@ from voltbus.schemas.errors import (
 )
 from voltbus.schemas.rollouts import ErrorInfo, RolloutConfig
 from voltbus.schemas.spans import AttemptHeartbeatSent
+from voltbus.schemas.subjects import check_token
 from voltbus.services.lifecycle import RolloutState, decider
 from voltbus.services.lifecycle.state import ACTIVE_ATTEMPT
 
@@ -38,6 +39,21 @@ from .types import Attempt, AttemptedRollout, EnqueueRolloutRequest, Rollout
 from .views import attempt_view, metadata_json, rollout_config, rollout_view, to_json
 
 log = logging.getLogger(__name__)
+
+
+def chosen_id(rollout_id: str) -> str:
+    """A caller's rollout id, checked: a subject token not starting with ``_`` (the bus counters' own names).
+
+    >>> chosen_id("0f3a9c")
+    '0f3a9c'
+    >>> chosen_id("_workers")
+    Traceback (most recent call last):
+    ...
+    voltbus.schemas.errors.InvalidCommand: rollout id '_workers': ids starting with '_' are reserved
+    """
+    if rollout_id.startswith("_"):
+        raise InvalidCommand(f"rollout id {rollout_id!r}: ids starting with '_' are reserved")
+    return check_token("rollout id", rollout_id)
 
 
 class RolloutMethods(StoreBase):
@@ -51,6 +67,7 @@ class RolloutMethods(StoreBase):
         config: RolloutConfig | None,
         metadata: dict[str, Any] | None,
         latest: str | None,
+        rollout_id: str | None = None,
     ) -> QueueRollout:
         checked = rollout_config(config)
         if self.runner_group and not checked.runner_group:  # this client's group, unless the config names one
@@ -58,7 +75,7 @@ class RolloutMethods(StoreBase):
         if checked.runner_group:  # made before the rollout is queued, so the group's consumer holds it
             await self._ensure_group_consumer(checked.runner_group)
         return QueueRollout(
-            rollout_id=new_id("ro", 12),
+            rollout_id=chosen_id(rollout_id) if rollout_id else new_id("ro", 12),
             input=to_json(input, "rollout input"),
             mode=mode,  # type: ignore[arg-type]
             resources_id=resources_id or latest,
@@ -74,10 +91,12 @@ class RolloutMethods(StoreBase):
         resources_id: str | None = None,
         config: RolloutConfig | None = None,
         metadata: dict[str, Any] | None = None,
+        rollout_id: str | None = None,
     ) -> Rollout:
-        """Create a rollout in the queue (status ``queuing``); resources default to the latest."""
+        """Create a rollout in the queue (status ``queuing``); resources default to the latest. voltbus addition:
+        ``rollout_id`` chooses its id (a subject token; ConcurrencyConflict when a rollout has it already)."""
         latest = await self._latest_resources_id() if resources_id is None else None
-        cmd = await self._queue_command(input, mode, resources_id, config, metadata, latest)
+        cmd = await self._queue_command(input, mode, resources_id, config, metadata, latest, rollout_id)
         # a fresh id: decide against the empty state and append "must be first", no read needed
         events = decider.decide(cmd, decider.initial_state())
         await self.log.append(events, expected_seq=0)

@@ -27,6 +27,10 @@ def test_an_agent_path_that_does_not_resolve_is_one_clear_error() -> None:
         load_agent(f"{AGENTS}:missing")
     with pytest.raises(AgentLoadError, match="must look like"):
         load_agent("just_a_module")
+    with pytest.raises(AgentLoadError, match="must look like"):
+        load_agent("agent.py")  # a file needs its ':name'
+    with pytest.raises(AgentLoadError, match="has no attribute 'Missing'"):
+        load_agent(f"{AGENTS}.Missing")  # AL 1.0's module.Class form
     with pytest.raises(AgentLoadError, match="agent file 'nowhere.py' does not exist"):
         load_agent("nowhere.py:agent")
 

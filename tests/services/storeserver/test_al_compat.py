@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,9 +35,9 @@ def test_a_missing_interpreter_skips_with_its_reason_or_fails_where_required() -
 
 async def run_agent_lightning(python: str, url: str, n: int) -> dict[str, Any]:
     """``al_client.py`` under Agent Lightning's interpreter; what it saw."""
-    child = await asyncio.create_subprocess_exec(
-        python, str(SCRIPT), url, str(n), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # Agent Lightning imports litellm: no network
+    pipe = asyncio.subprocess.PIPE
+    child = await asyncio.create_subprocess_exec(python, str(SCRIPT), url, str(n), stdout=pipe, stderr=pipe, env=env)
     try:
         out, err = await asyncio.wait_for(child.communicate(), 300)
     finally:

@@ -31,7 +31,8 @@ AGL = "/v1/agl"
 
 async def traces(request: Request) -> Response:
     """``POST /v1/traces``: an OTLP/HTTP trace export (protobuf or JSON, gzip allowed)."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    given = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    content_type = otlp.PROTOBUF if given == otlp.PROTOBUF else otlp.JSON  # the guard refused any other body
     try:
         body = await read_body(request, request.app.state.settings.max_body_bytes)
         batch = otlp.group(otlp.parse(body, content_type))

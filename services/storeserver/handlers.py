@@ -55,11 +55,13 @@ def _page(query: wire.Page) -> dict[str, Any]:
 
 @endpoint()
 async def health(request: Request, store: Store) -> Any:
+    """Always ``{"status": "ok"}`` (no token needed)."""
     return {"status": "ok"}
 
 
 @endpoint(201)
 async def enqueue_rollouts(request: Request, store: Store) -> Any:
+    """Queue the rollouts, in order."""
     body: wire.EnqueueMany = await _json(request, wire.EnqueueMany)
     wanted = [EnqueueRolloutRequest(**msgspec.structs.asdict(r)) for r in body.rollouts]
     return await store.enqueue_many_rollouts(wanted) if wanted else []
@@ -67,6 +69,7 @@ async def enqueue_rollouts(request: Request, store: Store) -> Any:
 
 @endpoint()
 async def dequeue_rollouts(request: Request, store: Store) -> Any:
+    """Claim up to ``limit`` queued rollouts for ``worker_id``."""
     body: wire.Dequeue = await _json(request, wire.Dequeue, optional=True)
     if body.limit <= 0:
         return []
@@ -76,6 +79,7 @@ async def dequeue_rollouts(request: Request, store: Store) -> Any:
 
 @endpoint(201)
 async def start_rollout(request: Request, store: Store) -> Any:
+    """A rollout with its first attempt, bypassing the queue."""
     b: wire.StartRollout = await _json(request, wire.StartRollout)
     return await store.start_rollout(b.input, b.mode, b.resources_id, b.config, b.metadata, b.worker_id)
 
@@ -87,21 +91,25 @@ async def _rollouts(store: Store, q: wire.QueryRollouts) -> Any:
 
 @endpoint()
 async def query_rollouts(request: Request, store: Store) -> Any:
+    """Rollouts matching the query string, one page."""
     return await _rollouts(store, read_query(request, wire.QueryRollouts))
 
 
 @endpoint()
 async def search_rollouts(request: Request, store: Store) -> Any:
+    """Rollouts matching the body, one page."""
     return await _rollouts(store, await _json(request, wire.QueryRollouts, optional=True))
 
 
 @endpoint()
 async def get_rollout(request: Request, store: Store) -> Any:
+    """The rollout with its latest attempt, or null."""
     return await store.get_rollout_by_id(request.path_params["rollout_id"])
 
 
 @endpoint()
 async def update_rollout(request: Request, store: Store) -> Any:
+    """Change the fields sent."""
     b: wire.UpdateRollout = await _json(request, wire.UpdateRollout)
     fields = {k: v for k, v in msgspec.structs.asdict(b).items() if v is not msgspec.UNSET}
     return await store.update_rollout(request.path_params["rollout_id"], **fields)
@@ -109,6 +117,7 @@ async def update_rollout(request: Request, store: Store) -> Any:
 
 @endpoint(201)
 async def start_attempt(request: Request, store: Store) -> Any:
+    """Open the rollout's next attempt."""
     body: wire.WorkerBody = await _json(request, wire.WorkerBody, optional=True)
     return await store.start_attempt(request.path_params["rollout_id"], worker_id=body.worker_id)
 
@@ -120,21 +129,25 @@ async def _attempts(request: Request, store: Store, q: wire.QueryAttempts) -> An
 
 @endpoint()
 async def query_attempts(request: Request, store: Store) -> Any:
+    """The rollout's attempts (query string), one page."""
     return await _attempts(request, store, read_query(request, wire.QueryAttempts))
 
 
 @endpoint()
 async def search_attempts(request: Request, store: Store) -> Any:
+    """The rollout's attempts (body), one page."""
     return await _attempts(request, store, await _json(request, wire.QueryAttempts, optional=True))
 
 
 @endpoint()
 async def latest_attempt(request: Request, store: Store) -> Any:
+    """The rollout's latest attempt, or null."""
     return await store.get_latest_attempt(request.path_params["rollout_id"])
 
 
 @endpoint()
 async def update_attempt(request: Request, store: Store) -> Any:
+    """Change the attempt's fields sent (its status through the lifecycle)."""
     b: wire.UpdateAttempt = await _json(request, wire.UpdateAttempt)
     fields = {k: v for k, v in msgspec.structs.asdict(b).items() if v is not msgspec.UNSET}
     params = request.path_params
@@ -148,32 +161,38 @@ async def _workers(store: Store, q: wire.QueryWorkers) -> Any:
 
 @endpoint()
 async def query_workers(request: Request, store: Store) -> Any:
+    """Workers matching the query string, one page."""
     return await _workers(store, read_query(request, wire.QueryWorkers))
 
 
 @endpoint()
 async def search_workers(request: Request, store: Store) -> Any:
+    """Workers matching the body, one page."""
     return await _workers(store, await _json(request, wire.QueryWorkers, optional=True))
 
 
 @endpoint()
 async def get_worker(request: Request, store: Store) -> Any:
+    """The worker, or null."""
     return await store.get_worker_by_id(request.path_params["worker_id"])
 
 
 @endpoint()
 async def update_worker(request: Request, store: Store) -> Any:
+    """Record a heartbeat of the worker."""
     body: wire.UpdateWorker = await _json(request, wire.UpdateWorker, optional=True)
     return await store.update_worker(request.path_params["worker_id"], heartbeat_stats=body.heartbeat_stats)
 
 
 @endpoint()
 async def statistics(request: Request, store: Store) -> Any:
+    """Counts of what the log and the projection hold."""
     return await store.statistics()
 
 
 @endpoint()
 async def query_resources(request: Request, store: Store) -> Any:
+    """Resources bundles matching the query string, one page."""
     q = read_query(request, wire.QueryResources)
     return await store.query_resources(
         resources_id=q.resources_id, resources_id_contains=q.resources_id_contains, **_page(q)
@@ -182,26 +201,31 @@ async def query_resources(request: Request, store: Store) -> Any:
 
 @endpoint(201)
 async def add_resources(request: Request, store: Store) -> Any:
+    """Publish a new bundle."""
     return await store.add_resources(await _json(request, NamedResources))
 
 
 @endpoint()
 async def latest_resources(request: Request, store: Store) -> Any:
+    """The newest resources version, or null."""
     return await store.get_latest_resources()
 
 
 @endpoint()
 async def update_resources(request: Request, store: Store) -> Any:
+    """Publish the next version of a bundle."""
     return await store.update_resources(request.path_params["resources_id"], await _json(request, NamedResources))
 
 
 @endpoint()
 async def get_resources(request: Request, store: Store) -> Any:
+    """A bundle (or a pinned version), or null."""
     return await store.get_resources_by_id(request.path_params["resources_id"])
 
 
 @endpoint(201)
 async def add_span(request: Request, store: Store) -> Any:
+    """Record one span sent in Agent Lightning's shape."""
     return await store.add_span(wire.span_in(await _json(request, wire.AlSpan)))
 
 
@@ -214,16 +238,19 @@ async def _spans(store: Store, q: wire.QuerySpans) -> Any:
 
 @endpoint()
 async def query_spans(request: Request, store: Store) -> Any:
+    """The rollout's spans matching the query string, one page."""
     return await _spans(store, read_query(request, wire.QuerySpans))
 
 
 @endpoint()
 async def search_spans(request: Request, store: Store) -> Any:
+    """The rollout's spans matching the body, one page."""
     return await _spans(store, await _json(request, wire.QuerySpans))
 
 
 @endpoint()
 async def next_sequence_id(request: Request, store: Store) -> Any:
+    """The rollout's next span sequence id."""
     body: wire.NextSequence = await _json(request, wire.NextSequence)
     if await store.get_rollout_by_id(body.rollout_id) is None:  # no counter for a rollout that does not exist
         raise HttpError(404, "not_found", f"unknown rollout {body.rollout_id!r}")
@@ -232,6 +259,7 @@ async def next_sequence_id(request: Request, store: Store) -> Any:
 
 @endpoint()
 async def wait_for_rollouts(request: Request, store: Store) -> Any:
+    """The rollouts finished, or finishing within the timeout (at most ``max_wait_s``)."""
     body: wire.WaitRollouts = await _json(request, wire.WaitRollouts)
     longest = request.app.state.settings.max_wait_s
     timeout = longest if body.timeout is None else min(body.timeout, longest)

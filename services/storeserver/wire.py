@@ -13,7 +13,7 @@ from voltbus.schemas.base import Attributes
 from voltbus.schemas.rollouts import AttemptStatus, RolloutConfig, RolloutStatus
 from voltbus.schemas.spans import SpanEventInfo, SpanStatus
 from voltbus.schemas.workers import WorkerStatus
-from voltbus.services.clients.store import Span
+from voltbus.services.clients.store import PaginatedResult, Span
 
 Mode = Literal["train", "val", "test"]
 Order = Literal["asc", "desc"]
@@ -237,7 +237,7 @@ def record_out(value: Any) -> Any:
         return span_out(value)
     if isinstance(value, list | tuple):
         return [record_out(v) for v in value]
-    if hasattr(value, "items") and hasattr(value, "total"):  # a PaginatedResult
+    if isinstance(value, PaginatedResult):
         page = {"limit": value.limit, "offset": value.offset, "total": value.total}
         return {"items": record_out(list(value.items)), **page}
     return msgspec.to_builtins(value)

@@ -42,6 +42,15 @@ async def main(url: str, n: int) -> None:
         done = await client.wait_for_rollouts(rollout_ids=ids, timeout=0.1)
     spans = {rid: [s.model_dump(mode="json") for s in await client.query_spans(rid)] for rid in ids}
     page = await client.query_rollouts(status_in=["succeeded"])
+    # the rest of the client's reads, each answer validated by Agent Lightning's own pydantic models
+    attempts = await client.query_attempts(ids[0])
+    latest_resources = await client.get_latest_resources()
+    by_id = await client.get_resources_by_id(resources.resources_id)
+    all_resources = await client.query_resources()
+    worker = await client.get_worker_by_id(attempts[0].worker_id)
+    rollout = await client.get_rollout_by_id(ids[0])
+    started = await client.start_rollout(input={"q": 99}, mode="val")
+    cancelled = await client.update_rollout(started.rollout_id, status="cancelled")
     print(
         json.dumps(
             {
@@ -52,6 +61,12 @@ async def main(url: str, n: int) -> None:
                 "spans": spans,
                 "latest_attempt": (await client.get_latest_attempt(ids[0])).model_dump(mode="json"),
                 "workers": [w.model_dump(mode="json") for w in await client.query_workers()],
+                "attempts": [a.model_dump(mode="json") for a in attempts],
+                "resources": [latest_resources.resources_id, by_id.version, all_resources.total],
+                "worker": worker.model_dump(mode="json"),
+                "rollout": rollout.model_dump(mode="json"),
+                "cancelled": cancelled.status,
+                "statistics": await client.statistics(),
             }
         )
     )

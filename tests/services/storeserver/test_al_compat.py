@@ -57,7 +57,11 @@ async def test_agent_lightning_client_and_runner_run_on_voltbus(nats_settings: N
         assert len(ids) == 3 and sorted(seen["succeeded"]) == sorted(ids)
         assert [r["status"] for r in seen["done"]] == ["succeeded"] * 3
         assert seen["latest_attempt"]["status"] == "succeeded" and seen["latest_attempt"]["worker_id"]
-        assert [w["status"] for w in seen["workers"]] == ["idle"]
+        assert [w["status"] for w in seen["workers"]] == ["idle"] and seen["worker"]["status"] == "idle"
+        assert [a["status"] for a in seen["attempts"]] == ["succeeded"]
+        assert seen["rollout"]["attempt"]["attempt_id"] == seen["attempts"][0]["attempt_id"]
+        assert seen["resources"] == [seen["resources_id"], 1, 1]
+        assert seen["cancelled"] == "cancelled" and seen["statistics"]["total_rollouts"] == 4
         for rid in ids:
             names = [s["name"] for s in seen["spans"][rid]]
             assert "tool" in names and "agentlightning.annotation" in names, names  # its span and its reward span

@@ -10,7 +10,7 @@ import base64
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError as ProtoDecodeError
@@ -92,13 +92,20 @@ def _seconds(nanos: int) -> float | None:
     return nanos / 1e9 if nanos else None
 
 
+class Entry(NamedTuple):
+    """One span of an export with its attributes, its resource's, and the sequence id it gives (or None)."""
+
+    span: ProtoSpan
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    sequence_id: int | None
+
+
 @dataclass
 class Batch:
     """The spans of one export, grouped by attempt, and what was rejected."""
 
-    spans: dict[tuple[str, str], list[tuple[ProtoSpan, dict[str, Any], dict[str, Any], int | None]]] = field(
-        default_factory=dict
-    )
+    spans: dict[tuple[str, str], list[Entry]] = field(default_factory=dict)
     rejected: int = 0
     reasons: list[str] = field(default_factory=list)
 
@@ -133,13 +140,14 @@ def group(request: ExportTraceServiceRequest) -> Batch:
                 elif len(span.trace_id) != 16 or len(span.span_id) != 8:
                     batch.reject(1, f"span {span.name[:60]!r} has no valid trace id (16 bytes) and span id (8 bytes)")
                 else:
-                    entry = (span, attrs, resource, _sequence(seq) if seq is not None else None)
+                    entry = Entry(span, attrs, resource, _sequence(seq) if seq is not None else None)
                     batch.spans.setdefault((str(rid), str(aid)), []).append(entry)
     return batch
 
 
-def to_span(span: ProtoSpan, attrs: dict[str, Any], resource: dict[str, Any], ids: tuple[str, str], seq: int) -> Span:
+def to_span(entry: Entry, ids: tuple[str, str], seq: int) -> Span:
     """One OTLP span as the store's span of attempt ``ids`` with sequence id ``seq``."""
+    span = entry.span
     events = [
         SpanEventInfo(name=e.name, timestamp=_seconds(e.time_unix_nano), attributes=_attributes(e.attributes))
         for e in span.events
@@ -153,11 +161,11 @@ def to_span(span: ProtoSpan, attrs: dict[str, Any], resource: dict[str, Any], id
         parent_id=span.parent_span_id.hex() if len(span.parent_span_id) == 8 else None,
         name=span.name,
         status=SpanStatus(status_code=_STATUS.get(span.status.code, "UNSET"), description=span.status.message or None),
-        attributes=attrs,
+        attributes=entry.attributes,
         events=events,
         start_time=_seconds(span.start_time_unix_nano),
         end_time=_seconds(span.end_time_unix_nano),
-        resource_attributes=resource,
+        resource_attributes=entry.resource,
     )
 
 
@@ -183,13 +191,12 @@ async def ingest(store: Store, batch: Batch, known: set[tuple[str, str]]) -> Exp
         if not await _exists(store, ids, known):
             batch.reject(len(entries), f"no attempt {ids[1][:60]!r} of rollout {ids[0][:60]!r}")
             continue
-        missing = [i for i, e in enumerate(entries) if e[3] is None]
+        missing = [i for i, e in enumerate(entries) if e.sequence_id is None]
         given = await store.get_many_span_sequence_ids([ids] * len(missing)) if missing else []
-        seqs = [e[3] for e in entries]
+        seqs = [e.sequence_id or 0 for e in entries]
         for i, seq in zip(missing, given, strict=True):
             seqs[i] = seq
-        spans = [to_span(s, a, r, ids, q) for (s, a, r, _), q in zip(entries, seqs, strict=True)]  # type: ignore[misc]
-        await store.add_many_spans(spans)
+        await store.add_many_spans([to_span(e, ids, seq) for e, seq in zip(entries, seqs, strict=True)])
     response = ExportTraceServiceResponse()
     if batch.rejected:
         response.partial_success.rejected_spans = batch.rejected

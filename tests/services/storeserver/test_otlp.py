@@ -163,3 +163,19 @@ async def test_a_gzip_bomb_stops_at_the_limit(http: httpx.AsyncClient) -> None:
     headers = {"content-type": "application/x-protobuf", "content-encoding": "gzip"}
     response = await http.post("/v1/traces", content=bomb, headers=headers)
     assert response.status_code == 413 and "decompressed" in response.json()["detail"]
+
+
+async def test_span_attributes_name_the_attempt_and_its_sequence_id(http: httpx.AsyncClient) -> None:
+    rid, aid = await running_attempt(http)
+    export = otlp_json("ro-elsewhere", "at-elsewhere", ["mine"])  # the resource names another attempt
+    span = export["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["attributes"] += [
+        {"key": "agentlightning.rollout_id", "value": {"stringValue": rid}},
+        {"key": "agentlightning.attempt_id", "value": {"stringValue": aid}},
+        {"key": "agentlightning.span_sequence_id", "value": {"stringValue": "40"}},
+    ]
+    assert (await http.post("/v1/traces", json=export)).json() == {}
+    [stored] = (await http.post(AGL + "/spans/search", json={"rollout_id": rid})).json()["items"]
+    assert (stored["name"], stored["attempt_id"], stored["sequence_id"]) == ("mine", aid, 40)
+    nxt = (await http.post(AGL + "/spans/next", json={"rollout_id": rid, "attempt_id": aid})).json()
+    assert nxt["sequence_id"] > 40  # later ids come after one given explicitly

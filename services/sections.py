@@ -1,5 +1,5 @@
-"""The sections of the one Settings object (``services/settings.py``) that belong to one service each:
-coordinator, projector, dashboard, runner, gateway, inference and learner. Import them from ``settings``."""
+"""The sections of the one Settings object (``services/settings.py``) that belong to one service each: coordinator,
+projector, dashboard, store server, runner, gateway, inference and learner. Import them from ``settings``."""
 
 from __future__ import annotations
 
@@ -145,6 +145,25 @@ class DashboardSettings(BaseModel):
     """Token of the page (``VOLTBUS_DASHBOARD__TOKEN``; ``voltbus up`` and compose generate one): a browser opens
     ``/?token=<token>`` once and keeps it in an HttpOnly, SameSite=Strict cookie; scripts send ``Authorization:
     Bearer <token>``. None: no token, and the dashboard refuses to listen beyond loopback."""
+
+
+class StoreServerSettings(BaseModel):
+    """``voltbus store-server``: Agent Lightning 0.3's HTTP store API and OTLP/HTTP trace ingest over the log."""
+
+    host: str = "127.0.0.1"
+    """Interface the store server listens on."""
+    port: int = 4747
+    """Port of the store server (Agent Lightning's default)."""
+    token: str | None = None
+    """Token every route but ``/v1/agl/health`` needs: ``Authorization: Bearer <token>``, or HTTP Basic with the token
+    as password (``http://agl:<token>@host:4747``, how Agent Lightning's client carries it). None: no token, and the
+    store server refuses to listen beyond loopback."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Host names it answers besides loopback ones and ``host`` (others get 400: no DNS rebinding)."""
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    """Largest request body (a JSON call or an OTLP export, after gzip); past it the answer is 413."""
+    max_wait_s: float = Field(default=30.0, gt=0)
+    """Longest ``wait_for_rollouts`` one request may ask for (a longer ``timeout``, or none, waits this long)."""
 
 
 class RunnerSettings(BaseModel):

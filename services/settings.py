@@ -31,6 +31,7 @@ from .sections import (
     LearnerSettings,
     ProjectorSettings,
     RunnerSettings,
+    StoreServerSettings,
 )
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "ProjectorSettings",
     "RunnerSettings",
     "Settings",
+    "StoreServerSettings",
     "default_data_dir",
 ]
 
@@ -202,6 +204,8 @@ class Settings(BaseSettings):
     """Learner settings."""
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     """Dashboard settings."""
+    store_server: StoreServerSettings = Field(default_factory=StoreServerSettings)
+    """Agent Lightning 0.3 store server settings."""
     http: HttpSettings = Field(default_factory=HttpSettings)
     """Limits of every HTTP server (header size and count, read timeouts, open connections)."""
     log_level: str = "INFO"

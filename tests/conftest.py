@@ -111,3 +111,20 @@ def missing_browser(what: str, require: bool = REQUIRE_BROWSER) -> None:
     if require:
         pytest.fail(f"{what}: VOLTBUS_TEST_REQUIRE_BROWSER is set, so the browser tests may not skip")
     pytest.skip(reason)
+
+
+# CI sets these (.ci/run, .ci/al-venv): the interpreter of a venv holding the real agentlightning==0.3.0 (it cannot live
+# in voltbus's venv: its OpenTelemetry pin differs), and whether a missing one fails the al_compat tests.
+AL_PYTHON = os.environ.get("VOLTBUS_TEST_AL_PYTHON") or None
+REQUIRE_AL = os.environ.get("VOLTBUS_TEST_REQUIRE_AL", "") not in ("", "0")
+
+
+def al_python(given: str | None = AL_PYTHON, require: bool = REQUIRE_AL) -> str:
+    """The Agent Lightning 0.3 interpreter of the al_compat tests: skipped with the reason when none is given, a
+    failure where CI requires one."""
+    if given and Path(given).is_file():
+        return given
+    what = f"the al_compat tests need VOLTBUS_TEST_AL_PYTHON, a venv with agentlightning==0.3.0 (.ci/al-venv): {given}"
+    if require:
+        pytest.fail(f"{what}: VOLTBUS_TEST_REQUIRE_AL is set, so they may not skip")
+    pytest.skip(f"{what} (set VOLTBUS_TEST_REQUIRE_AL=1 to make this a failure, as .ci/run does)")

@@ -62,6 +62,23 @@ def dashboard(
     asyncio.run(run(settings))
 
 
+def store_server(
+    nats_url: NatsUrl = None,
+    projector_url: Annotated[
+        str | None, typer.Option(help="The projector its queries read [env: VOLTBUS_PROJECTOR__URL]")
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="Interface (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 4747, Agent Lightning's)")] = None,
+) -> None:
+    """Serve Agent Lightning 0.3's HTTP store API (its LightningStoreClient, runners) and OTLP trace ingest."""
+    from voltbus.services.storeserver.app import run
+
+    settings = settings_for(nats_url, projector_url)
+    updates = {"host": host, "port": port}
+    settings.store_server = settings.store_server.model_copy(update={k: v for k, v in updates.items() if v is not None})
+    asyncio.run(run(settings))
+
+
 def runner(
     agent: Annotated[str, typer.Option("--agent", help="the agent, as module:attr")],
     n: Annotated[

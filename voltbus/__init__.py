@@ -80,6 +80,7 @@ __all__ = [
     "Store",
     "Trainer",
     "Triplet",
+    "VERL",
     "Worker",
     "clear_active_tracer",
     "connect",
@@ -104,7 +105,7 @@ __all__ = [
     "set_active_tracer",
 ]
 
-_TRAINER_NAMES = {"APO", "Baseline", "GRPO", "Trainer"}
+_TRAINER_NAMES = {"APO", "Baseline", "GRPO", "Trainer", "VERL"}
 
 
 def __getattr__(name: str) -> object:

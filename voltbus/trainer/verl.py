@@ -53,6 +53,9 @@ OTHER_KEYS = {
 """Keys read by a rule of their own (below)."""
 
 AGGREGATION = {"transition": "call", "trajectory": "trajectory"}
+"""AL's ``trace_aggregator.level`` -> ``AdapterSettings.aggregation``."""
+TRAJECTORY_DEFAULTS = {"max_prompt_length": 2048, "max_response_length": 8192}
+"""AL's defaults of ``trajectory_max_prompt_length`` / ``_response_length`` (its verl ``config.yaml``)."""
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -93,12 +96,17 @@ def learner_overrides(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def adapter_overrides(flat: dict[str, Any]) -> dict[str, Any]:
-    """The ``AdapterSettings`` fields the config's keys give (the trajectory lengths win when aggregating them)."""
+    """The ``AdapterSettings`` fields the config's keys give: ``data.max_*_length`` per call, or, with trajectory
+    aggregation, the ``trajectory_max_*_length`` keys (AL's defaults 2048 and 8192 when absent), as AL reads them."""
     out: dict[str, Any] = {}
     trajectory = flat.get("agentlightning.trace_aggregator.level") == "trajectory"
     for key, field in ADAPTER_KEYS.items():
-        if key in flat and (trajectory or "trajectory_max" not in key):
-            out[field] = flat[key]
+        length_of = "trajectory" if "trajectory_max" in key else "call" if key.startswith("data.") else None
+        if length_of is None or length_of == ("trajectory" if trajectory else "call"):
+            if key in flat:
+                out[field] = flat[key]
+            elif length_of == "trajectory":
+                out[field] = TRAJECTORY_DEFAULTS[field]
     if "aggregation" in out:
         level = out["aggregation"]
         if level not in AGGREGATION:

@@ -120,7 +120,11 @@ def test_spider_style_keys_steps_kl_and_trajectory_lengths(tmp_path: Path) -> No
     assert algo.adapter_fields == {"max_prompt_length": 4096, "max_response_length": 2048, "aggregation": "call"}
     assert not algo.validate_before
     trajectory = VERL(config_with(tmp_path, **{"agentlightning.trace_aggregator.level": "trajectory"}), backend="torch")
-    assert trajectory.adapter_fields["aggregation"] == "trajectory"
+    assert trajectory.adapter_fields == {
+        "aggregation": "trajectory",
+        "max_prompt_length": 2048,
+        "max_response_length": 8192,
+    }
     # the config's lengths join the Trainer's adapter settings (spider: adapter={"agent_match": ...})
     merged = trajectory.adapter_for(Trainer(algorithm=trajectory, adapter={"agent_match": "write"}))
     assert merged == AdapterSettings(agent_match="write", aggregation="trajectory", max_prompt_length=2048,

@@ -56,11 +56,13 @@ SpanCoreFields = SpanCore
 
 __all__ = [
     "APO",
+    "Algorithm",
     "Attempt",
     "AttemptedRollout",
     "Baseline",
     "DummyTracer",
     "EnqueueRolloutRequest",
+    "FastAlgorithm",
     "FunctionalLitAgent",
     "GRPO",
     "GenericResource",
@@ -82,6 +84,7 @@ __all__ = [
     "Triplet",
     "VERL",
     "Worker",
+    "algo",
     "clear_active_tracer",
     "connect",
     "emit_annotation",
@@ -105,7 +108,7 @@ __all__ = [
     "set_active_tracer",
 ]
 
-_TRAINER_NAMES = {"APO", "Baseline", "GRPO", "Trainer", "VERL"}
+_TRAINER_NAMES = {"APO", "Algorithm", "Baseline", "FastAlgorithm", "GRPO", "Trainer", "VERL", "algo"}
 
 
 def __getattr__(name: str) -> object:

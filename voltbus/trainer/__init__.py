@@ -20,9 +20,10 @@ from voltbus.services.settings import LearnerSettings, Settings
 from . import compat
 from .algorithms import GRPO, Baseline
 from .apo import APO
+from .custom import Algorithm, FastAlgorithm, algo
 from .verl import VERL
 
-__all__ = ["APO", "Baseline", "GRPO", "Trainer", "VERL"]
+__all__ = ["APO", "Algorithm", "Baseline", "FastAlgorithm", "GRPO", "Trainer", "VERL", "algo"]
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,8 @@ def _algorithm(component: Any) -> Any:
     algorithm = _instance(component, Baseline)
     if not inspect.iscoroutinefunction(getattr(algorithm, "fit", None)):
         raise TypeError(
-            f"Trainer(algorithm={type(algorithm).__name__}): voltbus runs GRPO, APO, VERL, Baseline, or any object "
-            "with `async fit(trainer, agent, train, val)`; an Agent Lightning Algorithm.run() or @algo function is "
-            "not run inside Trainer (run it as its own process with the store client: docs/training.md)"
+            f"Trainer(algorithm={type(algorithm).__name__}): voltbus runs GRPO, APO, VERL, Baseline, a subclass of "
+            "voltbus.algorithm.Algorithm, an @algo function, or any object with `async fit(trainer, agent, train, val)`"
         )
     return algorithm
 
@@ -124,12 +124,14 @@ class Trainer:
         return asyncio.run(self.algorithm.fit(self, agent, train, val))
 
     def dev(self, agent: Any, train_dataset: Any = None, *, val_dataset: Any = None) -> Any:
-        """Run every task once with fixed resources (no learning): a dry run of the agent."""
+        """Run every task once with fixed resources (no learning): a dry run of the agent (or the trainer's
+        algorithm when it is a ``FastAlgorithm``, as in AL)."""
         self._bind(agent)
         train, val = _tasks(train_dataset, "train_dataset"), _tasks(val_dataset, "val_dataset")
         if not train and not val:
             raise ValueError("Trainer.dev: no tasks (give train_dataset, val_dataset, or both)")
-        return asyncio.run(Baseline().fit(self, agent, train, val))
+        fast = self.algorithm if isinstance(self.algorithm, FastAlgorithm) else Baseline()  # AL's rule
+        return asyncio.run(fast.fit(self, agent, train, val))
 
     def _bind(self, agent: Any) -> None:
         if callable(getattr(agent, "set_trainer", None)):  # AL's LitAgent.get_trainer() works in the agent

@@ -30,6 +30,7 @@ LEARNER_KEYS = {
     "trainer.total_training_steps": "steps",
     "data.seed": "seed",
     "agentlightning.rollout_timeout_seconds": "rollout_timeout_s",
+    "agentlightning.async_rollout.enabled": "overlap",
 }
 """verl config key -> ``LearnerSettings`` field."""
 
@@ -129,7 +130,7 @@ class VERL(GRPO):
         backend: Literal["torch", "verl"] | None = None,
     ) -> None:
         self.config = copy.deepcopy(dict(config))
-        flat = dict(flatten(self.config))
+        flat = {k: v for k, v in flatten(self.config) if v is not None}  # AL's configs leave some keys None
         overrides = learner_overrides(flat) | {"backend": backend or "verl"}
         self.adapter_fields = adapter_overrides(flat)
         msgspec.convert(self.adapter_fields, AdapterSettings)  # a bad length or level fails here

@@ -83,7 +83,7 @@ def config_with(model: Path, **changes: Any) -> dict[str, Any]:
 def test_the_calc_x_config_maps_onto_learner_and_adapter_settings(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    algo = VERL(config_with(tmp_path), backend="torch")
+    algo = VERL(config_with(tmp_path, **{"trainer.total_training_steps": None}), backend="torch")  # None: absent
     settings = LearnerSettings(**algo.overrides)
     assert settings.model_dir == tmp_path and settings.backend == "torch"
     assert (settings.tasks_per_step, settings.group_size, settings.lr) == (32, 4, 1e-6)

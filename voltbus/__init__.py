@@ -56,11 +56,13 @@ SpanCoreFields = SpanCore
 
 __all__ = [
     "APO",
+    "Algorithm",
     "Attempt",
     "AttemptedRollout",
     "Baseline",
     "DummyTracer",
     "EnqueueRolloutRequest",
+    "FastAlgorithm",
     "FunctionalLitAgent",
     "GRPO",
     "GenericResource",
@@ -80,7 +82,9 @@ __all__ = [
     "Store",
     "Trainer",
     "Triplet",
+    "VERL",
     "Worker",
+    "algo",
     "clear_active_tracer",
     "connect",
     "emit_annotation",
@@ -104,7 +108,7 @@ __all__ = [
     "set_active_tracer",
 ]
 
-_TRAINER_NAMES = {"APO", "Baseline", "GRPO", "Trainer"}
+_TRAINER_NAMES = {"APO", "Algorithm", "Baseline", "FastAlgorithm", "GRPO", "Trainer", "VERL", "algo"}
 
 
 def __getattr__(name: str) -> object:

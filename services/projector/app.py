@@ -26,6 +26,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from voltbus.projections import integrity
+from voltbus.projections.adapter import AdapterSettings
 from voltbus.projections.ipc import to_ipc
 from voltbus.schemas.errors import QueryRefused
 from voltbus.services.eventlog import EventLog
@@ -249,21 +250,33 @@ def build_app(
     return guard(app, cfg.host, cfg.allowed_hosts, cfg.token)
 
 
-async def run(settings: Settings, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
+async def run(
+    settings: Settings,
+    stop: asyncio.Event | None = None,
+    ready: asyncio.Event | None = None,
+    adapter: AdapterSettings | None = None,
+) -> None:
     """Project the streams live and serve SQL until ``stop`` is set (or forever); ``ready`` is set once
-    the SQL endpoint accepts connections."""
+    the SQL endpoint accepts connections. ``adapter``: the training tables' settings (``Trainer(adapter=...)``'s
+    projector, on a new file); None: the defaults."""
     cfg = settings.projector
     check_exposure("the projector's SQL endpoint", cfg.host, cfg.token, "VOLTBUS_PROJECTOR__TOKEN")
     check_port(cfg.host, cfg.port, "projector SQL")
     async with owned(None, cfg.forks) as forks:  # the readers' fork server, the service's own: started once
-        await _run(settings, stop or asyncio.Event(), ready, forks)
+        await _run(settings, stop or asyncio.Event(), ready, forks, adapter)
 
 
-async def _run(settings: Settings, stop: asyncio.Event, ready: asyncio.Event | None, forks: Forks | None) -> None:
+async def _run(
+    settings: Settings,
+    stop: asyncio.Event,
+    ready: asyncio.Event | None,
+    forks: Forks | None,
+    adapter: AdapterSettings | None,
+) -> None:
     cfg = settings.projector
     eventlog = await EventLog.connect(settings.nats, name="voltbus-projector")
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
-    projector = Projector(cfg.db, threads=cfg.duckdb_threads, refresh_interval=cfg.training_refresh_s)
+    projector = Projector(cfg.db, adapter, threads=cfg.duckdb_threads, refresh_interval=cfg.training_refresh_s)
     progress, queries = Progress(projector), Queries(settings, projector)
     app = build_app(settings, projector, progress, queries, await bus_id(eventlog.nc, settings.nats))
     server = build_server(app, cfg.host, cfg.port, settings.http, lifespan="off")

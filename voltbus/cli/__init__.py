@@ -11,7 +11,7 @@ import typer
 
 from voltbus.services.log import one_line_errors
 
-from . import apo, backup, bus, data, learn, metrics, ops, serve
+from . import apo, backup, bus, data, enqueue, learn, metrics, ops, serve
 
 app = typer.Typer(
     name="voltbus",
@@ -46,6 +46,7 @@ data_app.command("check")(data.data_check)
 app.command("export-training")(data.export_training)
 app.command("metrics")(metrics.metrics_command)
 app.command()(serve.runner)
+app.command("enqueue")(enqueue.enqueue_command)
 app.command()(ops.streams)
 schemas_app.command("export")(ops.schemas_export)
 docs_app.command("export")(ops.docs_export)

@@ -5,10 +5,11 @@ module never loads torch; ``GRPO.fit`` does."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
+from voltbus.projections.adapter import AdapterSettings
 from voltbus.services.learner.backend import check_backend
 from voltbus.services.learner.evaluate import evaluate
 from voltbus.services.learner.grpo.validate import validate
@@ -27,6 +28,19 @@ class TrainerView(Protocol):
     initial_resources: dict[str, Any]
     settings: Settings
     say: Callable[[str], None]
+    adapter: AdapterSettings | None
+    """The live projector's adapter settings (``Trainer(adapter=...)``); None: the defaults."""
+    hooks: Sequence[Any]
+    """The runner's hooks (``Trainer(hooks=...)``)."""
+    max_rollouts: int | None
+    """Rollouts per runner in ``Baseline`` (``Trainer(max_rollouts=...)``); None: every task."""
+
+
+def system(trainer: TrainerView, settings: Settings, agent: Any) -> AbstractAsyncContextManager[Settings]:
+    """The whole system but the learner for one ``Trainer`` call: its runners, hooks and adapter, its own group."""
+    return local_system(
+        settings, agent, trainer.n_runners, run_group(settings), adapter=trainer.adapter, hooks=trainer.hooks
+    )
 
 
 @asynccontextmanager
@@ -52,6 +66,8 @@ class GRPO:
         self.overrides = dict(settings)
         check_backend(LearnerSettings(**self.overrides))  # a bad setting, or verl missing, fails here
         self.result: dict[str, Any] = {}
+        self.validate_before = True
+        """Validate on ``val`` before training too (verl's ``trainer.val_before_train``)."""
 
     async def fit(self, trainer: TrainerView, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
         """Train; evaluate on ``val`` before and after when given; returns the run id and the evaluations."""
@@ -65,14 +81,14 @@ class GRPO:
         run_id = base.learner.run_id or new_run_id()
         async with (
             bus(base, trainer.say) as settings,
-            local_system(settings, agent, trainer.n_runners, run_group(settings)) as wired,
+            system(trainer, settings, agent) as wired,
         ):
             store = await connect(settings=wired.nats, name="voltbus-learner")
             store.runner_group = wired.runner.group  # the run's rollouts go to the runners of ``local_system`` only
             session = Session(store, run_id, wired.projector)
             try:
                 loop = Loop(wired.learner, trainer.initial_resources)
-                before = await validate(session, val, loop, False, trainer.say)
+                before = await validate(session, val if self.validate_before else [], loop, False, trainer.say)
                 await loop.run(session, train, trainer.say)
                 after = await validate(session, val, loop, True, trainer.say)
             finally:
@@ -92,10 +108,12 @@ class Baseline:
     """Run the tasks once with fixed resources (``Trainer(initial_resources=...)``); returns the mean reward."""
 
     async def fit(self, trainer: TrainerView, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
-        """Evaluate ``train`` (and ``val``) with the trainer's initial resources."""
+        """Evaluate ``train`` (and ``val``) with the trainer's initial resources; at most ``n_runners x
+        max_rollouts`` tasks in all (train first) when ``max_rollouts`` is set, as AL's runners stop there."""
+        train, val = capped(trainer, train, val)
         async with (
             bus(trainer.settings, trainer.say) as settings,
-            local_system(settings, agent, trainer.n_runners, run_group(settings)) as s,
+            system(trainer, settings, agent) as s,
         ):
             store = await connect(settings=s.nats, name="voltbus-baseline")
             store.runner_group = s.runner.group
@@ -103,11 +121,24 @@ class Baseline:
             try:
                 published = await store.add_resources(trainer.initial_resources) if trainer.initial_resources else None
                 pinned = f"{published.resources_id}:{published.version}" if published else None
-                out = {"train": await evaluate(session, train, "train", pinned)}
-                if val:
-                    out["val"] = await evaluate(session, val, "val", pinned)
+                out = {}
+                for mode, tasks in (("train", train), ("val", val)):
+                    if tasks:
+                        out[mode] = await evaluate(session, tasks, mode, pinned)
             finally:
                 await session.close()
                 await store.close()
         trainer.say(f"baseline: {out}")
         return out
+
+
+def capped(trainer: TrainerView, train: list[Any], val: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The tasks ``Baseline`` runs under ``max_rollouts``: the first ``n_runners x max_rollouts``, train first."""
+    if trainer.max_rollouts is None or len(train) + len(val) <= trainer.n_runners * trainer.max_rollouts:
+        return train, val
+    cap = trainer.n_runners * trainer.max_rollouts
+    trainer.say(
+        f"max_rollouts={trainer.max_rollouts} x {trainer.n_runners} runners: running {cap} of "
+        f"{len(train) + len(val)} tasks"
+    )
+    return train[:cap], val[: max(0, cap - len(train))]

@@ -10,11 +10,12 @@ import asyncio
 import contextlib
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from voltbus.projections.adapter import AdapterSettings
 from voltbus.services.coordinator.app import run as run_coordinator
 from voltbus.services.gateway import build_app as gateway_app
 from voltbus.services.projector.app import run as run_projector
@@ -63,13 +64,20 @@ def run_group(settings: Settings) -> str:
 
 @asynccontextmanager
 async def local_system(
-    settings: Settings, agent: Any, n_runners: int = 8, group: str | None = None
+    settings: Settings,
+    agent: Any,
+    n_runners: int = 8,
+    group: str | None = None,
+    *,
+    adapter: AdapterSettings | None = None,
+    hooks: Sequence[Any] = (),
 ) -> AsyncIterator[Settings]:
     """Run every service but the learner in this process until the block ends; yields the wired settings.
     Without ``learner.model_dir`` there is no model to serve: no inference server, and a gateway (in front of
     the engine ``gateway.upstream_url`` names) only when isolated agents were pointed at it. The runners serve
     ``group`` (default: ``runner.group``, the yielded settings' too): a caller's store client enqueues into it with
-    ``store.runner_group = settings.runner.group``."""
+    ``store.runner_group = settings.runner.group``. ``adapter``: the projector's training-table settings (default
+    ``AdapterSettings()``); ``hooks``: the runner's."""
     cfg = settings.learner
     scratch = tempfile.TemporaryDirectory(prefix="voltbus-run-")  # the projection: rebuilt from the log at will
     s = local_settings(settings, cfg.model_dir, cfg.served_model_name, Path(scratch.name))
@@ -83,13 +91,13 @@ async def local_system(
         stack.callback(scratch.cleanup)
         tasks: list[asyncio.Task[None]] = [asyncio.create_task(run_coordinator(s, stop))]
         ready = asyncio.Event()
-        tasks.append(asyncio.create_task(run_projector(s, stop, ready)))
+        tasks.append(asyncio.create_task(run_projector(s, stop, ready, adapter=adapter)))
         await asyncio.wait_for(ready.wait(), 60)
         if inference_app is not None:
             await stack.enter_async_context(serving(inference_app(s), s.inference.port, http=s.http))
         if inference_app is not None or s.runner.gateway_url == f"http://127.0.0.1:{s.gateway.port}":
             await stack.enter_async_context(serving(gateway_app(s), s.gateway.port, http=s.http))
-        runner = await stack.enter_async_context(Runner(s, agent))
+        runner = await stack.enter_async_context(Runner(s, agent, hooks))
         tasks.append(asyncio.create_task(runner.run(stop)))
         try:
             yield s

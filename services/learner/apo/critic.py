@@ -1,7 +1,7 @@
-"""APO's critic: an OpenAI-compatible chat model that writes a textual gradient (a critique of a prompt
-template given its rollouts) and then applies it (an edited template). The prompts are ``critique.md`` and
-``edit.md`` next to this module. A failed call (an HTTP error, a timeout, an empty reply) is counted and
-yields None; it never raises.
+"""APO's critic: an OpenAI-compatible chat model (or two: AL's gradient and apply-edit models) that writes a
+textual gradient (a critique of a prompt template given its rollouts) and then applies it (an edited template).
+The prompts are ``critique.md`` and ``edit.md`` next to this module. A failed call (an HTTP error, a timeout, an
+empty reply) is counted and yields None; it never raises.
 """
 
 from __future__ import annotations
@@ -29,14 +29,29 @@ EDIT_PROMPT = Template((_HERE / "edit.md").read_text())
 
 
 class Critic:
-    """Critique, then edit, with one chat model; ``errors`` counts failed calls by kind."""
+    """Critique with ``llm``'s model, then edit with ``edit_model`` (default: the same model) on the same endpoint;
+    ``errors`` counts failed calls by kind. ``options``: more ``AsyncOpenAI`` arguments (``default_headers``,
+    ``default_query``: those of a client the user gave, e.g. an Azure api-version)."""
 
-    def __init__(self, llm: LLM, temperature: float = 1.0, max_retries: int = 2, timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        llm: LLM,
+        temperature: float = 1.0,
+        max_retries: int = 2,
+        timeout_s: float = 120.0,
+        edit_model: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
         self.llm = llm
+        self.edit_model = edit_model or llm.model
         self.params: dict[str, Any] = {"temperature": temperature, **llm.sampling_parameters}
         self.http = httpx.AsyncClient(timeout=timeout_s)
         self.client = AsyncOpenAI(
-            base_url=llm.endpoint, api_key=llm.api_key or "none", max_retries=max_retries, http_client=self.http
+            base_url=llm.endpoint,
+            api_key=llm.api_key or "none",
+            max_retries=max_retries,
+            http_client=self.http,
+            **(options or {}),
         )
         self.errors: Counter[str] = Counter()
 
@@ -47,19 +62,19 @@ class Critic:
     async def critique(self, template: str, examples: Sequence[Example]) -> str | None:
         """The textual gradient of ``template`` given its rollouts, or None when the call failed."""
         prompt = CRITIQUE_PROMPT.substitute(template=template, examples=render_examples(examples))
-        return await self._ask(prompt, "critique")
+        return await self._ask(prompt, "critique", self.llm.model)
 
     async def edit(self, template: str, critique: str) -> str | None:
         """``template`` rewritten to follow ``critique``, or None when the call failed."""
-        reply = await self._ask(EDIT_PROMPT.substitute(template=template, critique=critique), "edit")
+        reply = await self._ask(EDIT_PROMPT.substitute(template=template, critique=critique), "edit", self.edit_model)
         if reply is None:
             return None
         return unfence(reply) or self._failed("edit_empty", "only an empty code fence")
 
-    async def _ask(self, prompt: str, what: str) -> str | None:
+    async def _ask(self, prompt: str, what: str, model: str) -> str | None:
         try:
             reply = await self.client.chat.completions.create(
-                model=self.llm.model, messages=[{"role": "user", "content": prompt}], **self.params
+                model=model, messages=[{"role": "user", "content": prompt}], **self.params
             )
         except openai.APIStatusError as exc:
             return self._failed(f"{what}_http_{exc.status_code}", exc)

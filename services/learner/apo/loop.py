@@ -60,22 +60,21 @@ class Search:
         state = self.resume(history) if history is not None and history.next_step > 0 else None
         if state is None:
             start = await self.publish(seed)
-            before = await self.score_full(start)
-            self.say(
-                f"APO {self.session.run_id}: initial template scores {before:.3f} on {len(self.val)} validation tasks"
-            )
-            beam, best, curve = [dataclasses.replace(start, score=before)], (before, start), []
+            before = await self.score_full(start) if self.settings.run_initial_validation else None
+            if before is not None:
+                run, n = self.session.run_id, len(self.val)
+                self.say(f"APO {run}: initial template scores {before:.3f} on {n} validation tasks")
+            score = before if before is not None else float("-inf")
+            beam, best, curve = [dataclasses.replace(start, score=score)], (score, start), []
         else:
             before, beam, best, curve = state
         for step in range(len(curve), self.settings.rounds):
             beam, metrics = await self.round(step, beam)
             full = beam[0].score if self.settings.val_batch_size >= len(self.val) else await self.score_full(beam[0])
             best = (full, beam[0]) if full > best[0] else best
-            metrics |= {
-                "initial_val_reward_full": before,
-                "leader_val_reward_full": full,
-                "best_val_reward_full": best[0],
-            }
+            metrics |= {"leader_val_reward_full": full, "best_val_reward_full": best[0]}
+            if before is not None:  # None: the seed was not scored on the whole validation set
+                metrics["initial_val_reward_full"] = before
             curve.append(metrics)
             await self.save(step, before, beam, best, curve)
             await self.session.complete_step(step, metrics, beam[0].resources_id)
@@ -87,6 +86,7 @@ class Search:
         return {
             "run_id": self.session.run_id,
             "template": best[1].template.template,
+            "engine": best[1].template.engine,
             "resources_id": final.resources_id,
             "before": before,
             "after": best[0],
@@ -95,7 +95,7 @@ class Search:
         }
 
     async def save(
-        self, step: int, before: float, beam: list[Candidate], best: tuple[float, Candidate], curve: list[dict]
+        self, step: int, before: float | None, beam: list[Candidate], best: tuple[float, Candidate], curve: list[dict]
     ) -> None:
         """Record the search's state after ``step`` (beam, best, curve) inline in a ``CheckpointSaved``."""
         state = {"before": before, "beam": [_dump(c) for c in beam], "best": [best[0], _dump(best[1])], "curve": curve}
@@ -103,7 +103,7 @@ class Search:
         uri = "data:application/json;base64," + base64.b64encode(data).decode()
         await self.session.checkpoint(step, uri, hashlib.sha256(data).hexdigest())
 
-    def resume(self, history: History) -> tuple[float, list[Candidate], tuple[float, Candidate], list[dict]]:
+    def resume(self, history: History) -> tuple[float | None, list[Candidate], tuple[float, Candidate], list[dict]]:
         """The state saved after the run's last completed round; the rounds after it run again (their
         random draws reseeded from the seed and the round, so not those an uninterrupted run makes)."""
         last = history.next_step - 1

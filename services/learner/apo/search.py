@@ -41,6 +41,9 @@ class SearchSettings:
     """How long one batch of rollouts may take."""
     seed: int = 0
     """Seeds batch draws and parent sampling."""
+    run_initial_validation: bool = True
+    """Score the seed template on the whole validation set before the search (the run's ``before``); False: the
+    seed is first scored with the round's candidates on one validation batch, and ``before`` is None."""
 
     def __post_init__(self) -> None:
         sizes = ("beam_width", "branch_factor", "rounds", "val_batch_size", "gradient_batch_size")

@@ -9,8 +9,9 @@ import functools
 import logging
 import resource
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -46,12 +47,33 @@ def room_for(files: int) -> None:
         )
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server that also tells its owner when a signal (SIGTERM, SIGINT) asks it to exit: uvicorn then
+    waits for every request in flight, and only the owner can end what those requests wait on."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self.on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self.on_exit is not None:
+            self.on_exit()
+
+
 def build_server(
-    app: Any, host: str, port: int, http: HttpSettings, lifespan: str = "on", **config: Any
+    app: Any,
+    host: str,
+    port: int,
+    http: HttpSettings,
+    lifespan: str = "on",
+    on_exit: Callable[[], None] | None = None,
+    **config: Any,
 ) -> uvicorn.Server:
     """The uvicorn server of every voltbus HTTP service: ``http``'s limits on every connection, no
-    WebSocket upgrades (no service has one), warnings only. ``config``: more ``uvicorn.Config`` arguments
-    (``ssl_certfile`` and ``ssl_keyfile`` serve HTTPS)."""
+    WebSocket upgrades (no service has one), warnings only. ``on_exit``: called (in the signal handler) when a
+    signal stops the server. ``config``: more ``uvicorn.Config`` arguments (``ssl_certfile`` and ``ssl_keyfile``
+    serve HTTPS)."""
     protocol = functools.partial(LimitedProtocol, limits=http)
     room_for(http.max_connections + FILES_BESIDE)
     cfg = uvicorn.Config(
@@ -65,7 +87,7 @@ def build_server(
         timeout_keep_alive=http.keep_alive_s,
         **config,
     )
-    return uvicorn.Server(cfg)
+    return _Server(cfg, on_exit)
 
 
 @asynccontextmanager

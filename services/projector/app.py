@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Annotated, Any
@@ -103,17 +105,29 @@ class Queries:
             except TimeoutError:
                 return await _interrupted(running, mine)
             except asyncio.CancelledError:
-                for cursor in list(mine):
-                    cursor.interrupt()
+                _keep_interrupting(mine, running.done)
                 raise
         finally:
             self.slots.release()
 
     def stop(self) -> None:
-        """Interrupt every running query and let the threads go."""
-        for cursor in list(self.running):
-            cursor.interrupt()
+        """Interrupt every running query, until it ends (the interpreter waits for its thread), and let threads go."""
+        _keep_interrupting(self.running, lambda: not self.running)
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _keep_interrupting(cursors: set[duckdb.DuckDBPyConnection], done: Callable[[], bool]) -> None:
+    """Interrupt these queries again and again until ``done``, on a thread of its own: an interrupt that comes
+    before DuckDB starts a query is lost, and a busy machine makes that gap long."""
+
+    def repeat() -> None:
+        deadline = time.monotonic() + INTERRUPT_FOR_S
+        while not done() and time.monotonic() < deadline:
+            for cursor in list(cursors):
+                cursor.interrupt()
+            time.sleep(INTERRUPT_EVERY_S)
+
+    threading.Thread(target=repeat, name="voltbus-sql-interrupt", daemon=True).start()
 
 
 async def _interrupted(running: asyncio.Future[pa.Table], cursors: set[duckdb.DuckDBPyConnection]) -> pa.Table:
@@ -194,6 +208,10 @@ class Tables:
 
 SLOT_WAIT_S = 5.0
 """Longest a query waits for one of ``projector.sql_slots``."""
+INTERRUPT_EVERY_S = 0.05
+"""How often a query being stopped is interrupted again, until it ends."""
+INTERRUPT_FOR_S = 60.0
+"""How long a query being stopped is interrupted again at most (a query ignoring interrupts is left to its thread)."""
 STATUS = {"read_only": 403, "busy": 503, "timeout": 408}
 """HTTP status of each QueryRefused code; any other is 400."""
 
@@ -279,7 +297,9 @@ async def _run(
     projector = Projector(cfg.db, adapter, threads=cfg.duckdb_threads, refresh_interval=cfg.training_refresh_s)
     progress, queries = Progress(projector), Queries(settings, projector)
     app = build_app(settings, projector, progress, queries, await bus_id(eventlog.nc, settings.nats))
-    server = build_server(app, cfg.host, cfg.port, settings.http, lifespan="off")
+    loop = asyncio.get_running_loop()
+    on_exit = partial(loop.call_soon_threadsafe, stop.set)  # a SIGTERM ends the queries uvicorn would wait for
+    server = build_server(app, cfg.host, cfg.port, settings.http, lifespan="off", on_exit=on_exit)
     log.info(
         "projector on %s from control seq %d, spans seq %d; SQL at http://%s:%d/sql",
         cfg.db,

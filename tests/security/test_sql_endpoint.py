@@ -7,10 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import duckdb
 import httpx
 import pytest
 
@@ -93,6 +95,10 @@ async def endpoint(db: Path, **cfg: object) -> AsyncIterator[tuple[httpx.AsyncCl
     finally:
         queries.stop()
         projector.close()
+
+
+ENDLESS = "SELECT count(*) FROM range(100000000000000) t(i) WHERE i % 7 = 3"
+"""A query of hours that nothing but an interrupt ends (``sum(i * i)`` overflows after about 3e9 rows)."""
 
 
 def sql(text: str) -> dict[str, object]:
@@ -238,7 +244,7 @@ async def test_a_runaway_query_is_interrupted_and_others_are_answered(db: Path) 
     import asyncio
 
     async with endpoint(db, sql_timeout_s=1.0, sql_slots=2) as (http, _):
-        endless = [http.post("/sql", json=sql("SELECT sum(i * i) FROM range(100000000000) t(i)")) for _ in range(8)]
+        endless = [http.post("/sql", json=sql(ENDLESS)) for _ in range(8)]
         answers = await asyncio.gather(*endless, http.post("/sql", json=sql("SELECT 42 AS x")))
         statuses = [a.status_code for a in answers[:-1]]
         assert set(statuses) <= {408, 503} and 408 in statuses, [a.text for a in answers[:-1]]
@@ -258,7 +264,37 @@ async def test_a_result_past_the_byte_limit_is_refused(db: Path) -> None:
 def test_sql_on_a_file_is_interrupted_at_its_deadline(db: Path) -> None:
     settings = Settings(projector=ProjectorSettings(db=db, sql_timeout_s=0.5))
     with pytest.raises(QueryRefused, match="interrupted"):
-        run_sql(settings, "SELECT sum(i * i) FROM range(100000000000) t(i)", db)
+        run_sql(settings, ENDLESS, db)
+
+
+def test_a_query_that_starts_after_the_stop_is_still_interrupted(db: Path) -> None:
+    """An interrupt that comes before DuckDB starts a query is lost: on a busy machine a projector stopping while a
+    query's cursor was registered but not yet running waited for the query's whole hour."""
+    projector = Projector(db)
+    queries = projector_app.Queries(Settings(projector=ProjectorSettings(db=db, token=TOKEN)), projector)
+    cursor = projector.con.cursor()
+    queries.running.add(cursor)  # registered, not yet executing
+    outcome: list[BaseException | None] = []
+
+    def endless() -> None:
+        try:
+            cursor.execute(ENDLESS).fetchall()
+            outcome.append(None)
+        except duckdb.Error as exc:
+            outcome.append(exc)
+
+    try:
+        queries.stop()
+        thread = threading.Thread(target=endless, daemon=True)
+        thread.start()
+        wait_until(lambda: outcome, timeout=60, what="the query to be interrupted")
+        assert isinstance(outcome[0], duckdb.InterruptException)
+    finally:
+        queries.running.discard(cursor)
+        while not outcome:  # on failure, stop the query before the file is closed
+            cursor.interrupt()
+            thread.join(timeout=0.1)
+        projector.close()
 
 
 def test_a_projector_stops_on_sigterm_while_a_query_runs(tmp_path: Path, nats_settings: NatsSettings) -> None:
@@ -291,7 +327,7 @@ def test_a_projector_stops_on_sigterm_while_a_query_runs(tmp_path: Path, nats_se
 
             def endless() -> None:
                 try:
-                    answers.append(http.post("/sql", json=sql("SELECT sum(i * i) FROM range(100000000000) t(i)")))
+                    answers.append(http.post("/sql", json=sql(ENDLESS)))
                 except httpx.HTTPError as exc:
                     answers.append(exc)
 

@@ -1,0 +1,139 @@
+"""Agent Lightning's ``adapter`` module: ``adapt(spans)`` objects over a rollout's spans (voltbus's ``Span`` or AL's),
+computed by the projector's own adapter (``projections/adapter``), so a script sees the rows a projection would.
+
+``TracerTraceToTriplet`` and ``LlmProxyTraceToTriplet`` give ``Triplet``s (token ids, reward, metadata);
+``TraceToMessages`` gives OpenAI chat examples (``{"messages": [...], "tools": ...}``) of the recorded calls.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any, Generic, TypeVar
+
+from voltbus.projections.adapter import AdapterSettings, AttemptInput, SpanRow, TripletRow, adapt
+from voltbus.services.clients.store import Triplet
+
+__all__ = [
+    "Adapter",
+    "LlmProxyTraceToTriplet",
+    "TraceAdapter",
+    "TraceToMessages",
+    "TraceToTripletBase",
+    "TracerTraceToTriplet",
+]
+
+T_in = TypeVar("T_in")
+T_out = TypeVar("T_out")
+
+
+class Adapter(Generic[T_in, T_out]):
+    """Agent Lightning's adapter base: ``adapter(source)`` is ``adapter.adapt(source)``."""
+
+    def __call__(self, source: T_in, /) -> T_out:
+        return self.adapt(source)
+
+    def adapt(self, source: T_in, /) -> T_out:
+        """Convert ``source``."""
+        raise NotImplementedError
+
+
+TraceAdapter = Adapter
+"""Agent Lightning's base of adapters over spans."""
+
+
+def _span_row(span: Any) -> SpanRow:
+    """A projection-shaped row of one span (voltbus's ``Span`` or Agent Lightning's, read by attribute)."""
+    status = getattr(span, "status", None)
+    code = getattr(status, "status_code", status)
+    return SpanRow(
+        seq=span.sequence_id,
+        sequence_id=span.sequence_id,
+        span_id=span.span_id,
+        parent_id=span.parent_id,
+        name=span.name,
+        attributes=dict(span.attributes or {}),
+        status_code=getattr(code, "name", code) if code is not None else None,
+    )
+
+
+def _triplet(row: TripletRow) -> Triplet:
+    metadata = {
+        "rollout_id": row.rollout_id,
+        "attempt_id": row.attempt_id,
+        "response_id": row.call_id,
+        "agent_name": row.agent_name,
+        "logprobs": row.logprobs,
+        "return_value": row.return_value,
+    }
+    return Triplet(
+        prompt={"token_ids": row.prompt_ids},
+        response={"token_ids": row.response_ids},
+        reward=row.reward,
+        metadata=metadata,
+    )
+
+
+class TraceToTripletBase(Adapter[Sequence[Any], list[Triplet]]):
+    """Spans to triplets: one per recorded model call, in order, each attempt's spans adapted on their own."""
+
+    settings: AdapterSettings = AdapterSettings()
+
+    def adapt(self, source: Sequence[Any], /) -> list[Triplet]:
+        """The triplets of the spans' model calls, rewards matched by the adapter settings."""
+        attempts: dict[tuple[str, str], list[SpanRow]] = {}
+        for span in source:
+            attempts.setdefault((span.rollout_id, span.attempt_id), []).append(_span_row(span))
+        triplets: list[Triplet] = []
+        for (rollout_id, attempt_id), rows in attempts.items():
+            out = adapt(AttemptInput(rollout_id=rollout_id, attempt_id=attempt_id, spans=rows), self.settings)
+            triplets += [_triplet(row) for row in out.triplets]
+        return triplets
+
+
+class TracerTraceToTriplet(TraceToTripletBase):
+    """Agent Lightning's constructor: ``agent_match``, ``llm_call_match``, ``exclude_llm_call_in_reward`` and
+    ``reward_match`` (a ``RewardMatchPolicy`` or its value) map to the projector's adapter settings;
+    ``repair_hierarchy`` is accepted (parents are always repaired); any other adapter setting may be given too."""
+
+    def __init__(
+        self,
+        repair_hierarchy: bool = True,
+        llm_call_match: str | None = None,
+        agent_match: str | None = None,
+        exclude_llm_call_in_reward: bool = True,
+        reward_match: Any = "first_occurrence",
+        **settings: Any,
+    ) -> None:
+        settings.pop("_skip_empty_token_spans", None)
+        policy = reward_match.value if isinstance(reward_match, enum.Enum) else str(reward_match)
+        chosen = {"llm_call_match": llm_call_match} if llm_call_match is not None else {}
+        self.settings = AdapterSettings(
+            agent_match=agent_match,
+            exclude_calls_in_reward=exclude_llm_call_in_reward,
+            reward_policy=policy.lower(),  # type: ignore[arg-type]
+            **chosen,
+            **settings,
+        )
+
+
+class LlmProxyTraceToTriplet(TracerTraceToTriplet):
+    """Agent Lightning's adapter of its LLM proxy's spans. voltbus's gateway records model calls as events, which
+    the projector merges with the runner's spans by itself; over a list of spans this adapts the recorded calls
+    as ``TracerTraceToTriplet`` does."""
+
+
+class TraceToMessages(Adapter[Sequence[Any], list[dict[str, Any]]]):
+    """Spans to OpenAI chat examples: each recorded chat call's request messages plus the reply, with its tools."""
+
+    def adapt(self, source: Sequence[Any], /) -> list[dict[str, Any]]:
+        """One ``{"messages": [...], "tools": [...] or None}`` per recorded chat call with text or tool calls."""
+        from voltbus.services.ops.training_export import example  # the export's reader of a recorded call (DuckDB)
+
+        examples = []
+        for span in sorted(source, key=lambda s: s.sequence_id):
+            attributes = span.attributes or {}
+            line = example(attributes.get("voltbus.llm.request"), attributes.get("voltbus.llm.response"))
+            if line is not None and "messages" in line:
+                examples.append({"messages": line["messages"], "tools": line.get("tools")})
+        return examples

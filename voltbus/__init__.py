@@ -7,7 +7,14 @@ keep its names and meaning.
 
 from __future__ import annotations
 
-from voltbus.adapter import LlmProxyTraceToTriplet, TracerTraceToTriplet, TraceToMessages, TraceToTripletBase
+from voltbus.adapter import (
+    Adapter,
+    LlmProxyTraceToTriplet,
+    TraceAdapter,
+    TracerTraceToTriplet,
+    TraceToMessages,
+    TraceToTripletBase,
+)
 from voltbus.agent import (
     DummyTracer,
     FunctionalLitAgent,
@@ -56,15 +63,28 @@ from voltbus.store import (
     Worker,
     connect,
 )
-from voltbus.types import Dataset, Hook
+from voltbus.types import (
+    AttemptStatus,
+    Dataset,
+    Hook,
+    Resource,
+    ResourceUnion,
+    RolloutMode,
+    RolloutRawResult,
+    RolloutStatus,
+    TaskInput,
+    WorkerStatus,
+)
 
 SpanCoreFields = SpanCore
 """Agent Lightning's name for the core fields of a span."""
 
 __all__ = [
     "APO",
+    "Adapter",
     "AgentOpsTracer",
     "Attempt",
+    "AttemptStatus",
     "AttemptedRollout",
     "Baseline",
     "Dataset",
@@ -88,14 +108,21 @@ __all__ = [
     "PaginatedResult",
     "PromptTemplate",
     "ProxyLLM",
+    "Resource",
+    "ResourceUnion",
     "ResourcesUpdate",
     "Rollout",
     "RolloutConfig",
+    "RolloutMode",
+    "RolloutRawResult",
+    "RolloutStatus",
     "Runner",
     "Span",
     "SpanCore",
     "SpanCoreFields",
     "Store",
+    "TaskInput",
+    "TraceAdapter",
     "TraceToMessages",
     "TraceToTripletBase",
     "Tracer",
@@ -103,6 +130,7 @@ __all__ = [
     "Trainer",
     "Triplet",
     "Worker",
+    "WorkerStatus",
     "clear_active_tracer",
     "configure_logger",
     "connect",

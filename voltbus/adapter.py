@@ -11,12 +11,15 @@ import enum
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
+import msgspec
+
 from voltbus.projections.adapter import AdapterSettings, AttemptInput, SpanRow, TripletRow, adapt
 from voltbus.services.clients.store import Triplet
 
 __all__ = [
     "Adapter",
     "LlmProxyTraceToTriplet",
+    "RewardMatchPolicy",
     "TraceAdapter",
     "TraceToMessages",
     "TraceToTripletBase",
@@ -40,6 +43,13 @@ class Adapter(Generic[T_in, T_out]):
 
 TraceAdapter = Adapter
 """Agent Lightning's base of adapters over spans."""
+
+
+class RewardMatchPolicy(enum.StrEnum):
+    """Agent Lightning's reward matching policies (the adapter's ``reward_policy`` values of the same names)."""
+
+    FIRST_SIBLING = "first_sibling"
+    FIRST_OCCURRENCE = "first_occurrence"
 
 
 def _span_row(span: Any) -> SpanRow:
@@ -107,14 +117,9 @@ class TracerTraceToTriplet(TraceToTripletBase):
     ) -> None:
         settings.pop("_skip_empty_token_spans", None)
         policy = reward_match.value if isinstance(reward_match, enum.Enum) else str(reward_match)
-        chosen = {"llm_call_match": llm_call_match} if llm_call_match is not None else {}
-        self.settings = AdapterSettings(
-            agent_match=agent_match,
-            exclude_calls_in_reward=exclude_llm_call_in_reward,
-            reward_policy=policy.lower(),  # type: ignore[arg-type]
-            **chosen,
-            **settings,
-        )
+        wanted = {"agent_match": agent_match, "exclude_calls_in_reward": exclude_llm_call_in_reward, **settings}
+        wanted |= {"reward_policy": policy.lower(), **({"llm_call_match": llm_call_match} if llm_call_match else {})}
+        self.settings = msgspec.convert(wanted, AdapterSettings)  # a bad value or an unknown setting is refused
 
 
 class LlmProxyTraceToTriplet(TracerTraceToTriplet):

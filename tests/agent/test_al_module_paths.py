@@ -378,3 +378,20 @@ async def test_iter_runs_the_queued_rollouts_until_max_rollouts_or_the_stop_even
             await asyncio.wait_for(idle.iter(event=stop), 60)  # AL's stop event, set: it returns
     finally:
         await store.close()
+
+
+def test_triplet_adapter_takes_agent_lightnings_arguments_and_refuses_bad_ones() -> None:
+    import msgspec
+
+    from voltbus.adapter import RewardMatchPolicy, TracerTraceToTriplet
+
+    adapter = TracerTraceToTriplet(agent_match="write", reward_match=RewardMatchPolicy.FIRST_SIBLING, gamma=0.5)
+    assert (adapter.settings.agent_match, adapter.settings.reward_policy, adapter.settings.gamma) == (
+        "write",
+        "first_sibling",
+        0.5,
+    )
+    with pytest.raises(msgspec.ValidationError, match="reward_policy"):
+        TracerTraceToTriplet(reward_match="last_one")
+    with pytest.raises(msgspec.ValidationError, match="no_such_setting"):
+        TracerTraceToTriplet(no_such_setting=1)

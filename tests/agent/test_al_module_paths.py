@@ -223,7 +223,7 @@ def test_in_memory_store_works_from_successive_event_loops() -> None:
         assert found is not None and found.status == "queuing"
     finally:
         store.shutdown()
-    assert not Path(store._scratch.name).exists()  # its bus's and projection's files are gone
+    assert not store.work.exists()  # its bus's and projection's files are gone
     store.shutdown()  # a second time: nothing to do
 
 
@@ -395,3 +395,67 @@ def test_triplet_adapter_takes_agent_lightnings_arguments_and_refuses_bad_ones()
         TracerTraceToTriplet(reward_match="last_one")
     with pytest.raises(msgspec.ValidationError, match="no_such_setting"):
         TracerTraceToTriplet(no_such_setting=1)
+
+
+def _enqueue_then_shut_down(store: Any, done: Any) -> None:
+    """A forked worker process given the in-memory store, as AL's multi-process recipes do."""
+    rollout = asyncio.run(store.enqueue_rollout({"from": "child"}))
+    store.shutdown()  # the child's copy owns nothing: the parent's bus and files must survive it
+    done.put(rollout.rollout_id)
+
+
+def test_in_memory_store_survives_a_forked_worker_and_pickles_as_a_client() -> None:
+    import multiprocessing
+    import pickle
+
+    from voltbus.store import InMemoryLightningStore
+    from voltbus.store.lightning import BusStore
+
+    store = InMemoryLightningStore()
+    try:
+        context = multiprocessing.get_context("fork")
+        done = context.Queue()
+        child = context.Process(target=_enqueue_then_shut_down, args=(store, done))
+        child.start()
+        rollout_id = done.get(timeout=60)
+        child.join(60)
+        assert child.exitcode == 0
+        assert Path(store.work, "nats").is_dir()  # the bus's files are the parent's, kept
+        found = asyncio.run(store.get_rollout_by_id(rollout_id))  # the bus still runs, with the child's rollout
+        assert found is not None and found.input == {"from": "child"}
+        copy = pickle.loads(pickle.dumps(store))
+        assert type(copy) is BusStore and copy.settings == store.settings
+        assert asyncio.run(copy.get_rollout_by_id(rollout_id)) is not None
+    finally:
+        store.shutdown()
+
+
+async def test_hooks_in_run_context_see_the_trace_as_in_agent_lightnings_apo_debug(nats_settings: NatsSettings) -> None:
+    """``examples/apo/apo_debug.py``'s hook mode: a ``Hook`` subclass overriding only ``on_trace_end`` reads
+    ``tracer.get_last_trace()`` there; the base class's other calls do nothing."""
+    from voltbus import emit_message
+    from voltbus.litagent import rollout
+    from voltbus.runner import LitAgentRunner
+    from voltbus.tracer import AgentOpsTracer
+    from voltbus.types import Hook
+
+    seen: list[str] = []
+
+    class DebugHook(Hook):
+        async def on_trace_end(self, *, agent: Any, runner: Any, tracer: Any, rollout: Any) -> None:
+            seen.extend(span.name for span in tracer.get_last_trace())
+
+    @rollout
+    def talk(task: str, resources: Any) -> float:
+        emit_message(task)
+        return 1.0
+
+    store = await connect(settings=nats_settings)
+    try:
+        runner = LitAgentRunner[str](AgentOpsTracer())
+        with runner.run_context(agent=talk, store=store, hooks=[DebugHook()]):
+            done = await runner.step("Explain why the sky appears blue")
+        assert done.status == "succeeded"
+        assert seen == ["agentlightning.message"]
+    finally:
+        await store.close()

@@ -11,6 +11,8 @@ import abc
 import asyncio
 import contextlib
 import inspect
+import os
+import shutil
 import tempfile
 import threading
 import weakref
@@ -69,6 +71,10 @@ class BusStore(LightningStore):
         call.__name__, call.__doc__ = name, method.__doc__
         return call
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (e.g. a spawned worker process's argument), it is a client of the same bus and projector."""
+        return (BusStore, (self.settings,))
+
     async def close(self) -> None:
         """Close this loop's connection (the next call opens another)."""
         if self._client is not None and self._client[0] is asyncio.get_running_loop():
@@ -107,23 +113,27 @@ class InMemoryLightningStore(BusStore):
         from voltbus.services.ops.natsserver import NatsServer  # the server and the projector: only when built
         from voltbus.services.serving import free_port
 
-        self._scratch = tempfile.TemporaryDirectory(prefix="voltbus-memory-store-")
-        work = Path(self._scratch.name)
+        work = self.work = Path(tempfile.mkdtemp(prefix="voltbus-memory-store-"))
+        """Its bus's and projection's files (a directory of its own: removed by this process only, never by a fork)."""
         base, port = Settings(), free_port()
-        server = NatsServer(BusSettings(data_dir=work / "nats", port=0, monitor_port=0), base.nats.max_payload).start()
-        projector = base.projector.model_copy(
-            update={
-                "db": work / "projection.duckdb",
-                "host": "127.0.0.1",
-                "port": port,
-                "url": f"http://127.0.0.1:{port}",
-            }
-        )
-        projector = projector.model_copy(update={"span_readers": 0, "control_readers": 0, "reader_backlog": 0})
+        try:
+            server = NatsServer(BusSettings(data_dir=work / "nats", port=0, monitor_port=0), base.nats.max_payload)
+            server.start()
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        update = {
+            "db": work / "projection.duckdb",
+            "host": "127.0.0.1",
+            "port": port,
+            "url": f"http://127.0.0.1:{port}",
+        }
+        readers = {"span_readers": 0, "control_readers": 0, "reader_backlog": 0}  # all in its thread: no fork server
+        projector = base.projector.model_copy(update=update | readers)
         nats = base.nats.model_copy(update={"url": server.url})
         super().__init__(base.model_copy(update={"nats": nats, "projector": projector}))
         self._projector = _ProjectorThread(self.settings)
-        self._finalizer = weakref.finalize(self, _stop, self._projector, server, self._scratch)
+        self._finalizer = weakref.finalize(self, _stop, self._projector, server, work, os.getpid())
         try:
             self._projector.start()
         except BaseException:
@@ -136,7 +146,7 @@ class InMemoryLightningStore(BusStore):
         return self.settings.nats.url
 
     def shutdown(self) -> None:
-        """Stop the projector and the bus and delete their files (a no-op the second time)."""
+        """Stop the projector and the bus and delete their files (a no-op the second time, and in a forked child)."""
         self._finalizer()
 
 
@@ -180,10 +190,13 @@ class _ProjectorThread:
             self.thread.join(PROJECTOR_START_S)
 
 
-def _stop(projector: _ProjectorThread, server: NatsServer, scratch: tempfile.TemporaryDirectory[str]) -> None:
-    """Stop an in-memory store's projector and bus, then delete their files."""
+def _stop(projector: _ProjectorThread, server: NatsServer, work: Path, owner: int) -> None:
+    """Stop an in-memory store's projector and bus, then delete their files; in a forked child (a copy of the
+    store, which owns neither), nothing."""
+    if os.getpid() != owner:
+        return
     try:
         projector.stop()
     finally:
         server.stop()
-        scratch.cleanup()
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,48 +1,21 @@
-"""Agent Lightning's ``adapter`` module: ``adapt(spans)`` objects over a rollout's spans (voltbus's ``Span`` or AL's),
-computed by the projector's own adapter (``projections/adapter``), so a script sees the rows a projection would.
-
-``TracerTraceToTriplet`` and ``LlmProxyTraceToTriplet`` give ``Triplet``s (token ids, reward, metadata);
-``TraceToMessages`` gives OpenAI chat examples (``{"messages": [...], "tools": ...}``) of the recorded calls.
-"""
+"""Agent Lightning's ``adapter.triplet``: spans to ``Triplet``s, computed by the projector's own adapter
+(``projections/adapter``) over a rollout's spans (voltbus's ``Span`` or AL's), so a script sees the rows a projection
+would."""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import msgspec
 
 from voltbus.projections.adapter import AdapterSettings, AttemptInput, SpanRow, TripletRow, adapt
 from voltbus.services.clients.store import Triplet
 
-__all__ = [
-    "Adapter",
-    "LlmProxyTraceToTriplet",
-    "RewardMatchPolicy",
-    "TraceAdapter",
-    "TraceToMessages",
-    "TraceToTripletBase",
-    "TracerTraceToTriplet",
-]
+from .base import Adapter
 
-T_in = TypeVar("T_in")
-T_out = TypeVar("T_out")
-
-
-class Adapter(Generic[T_in, T_out]):
-    """Agent Lightning's adapter base: ``adapter(source)`` is ``adapter.adapt(source)``."""
-
-    def __call__(self, source: T_in, /) -> T_out:
-        return self.adapt(source)
-
-    def adapt(self, source: T_in, /) -> T_out:
-        """Convert ``source``."""
-        raise NotImplementedError
-
-
-TraceAdapter = Adapter
-"""Agent Lightning's base of adapters over spans."""
+__all__ = ["LlmProxyTraceToTriplet", "RewardMatchPolicy", "TraceToTripletBase", "TracerTraceToTriplet"]
 
 
 class RewardMatchPolicy(enum.StrEnum):
@@ -126,19 +99,3 @@ class LlmProxyTraceToTriplet(TracerTraceToTriplet):
     """Agent Lightning's adapter of its LLM proxy's spans. voltbus's gateway records model calls as events, which
     the projector merges with the runner's spans by itself; over a list of spans this adapts the recorded calls
     as ``TracerTraceToTriplet`` does."""
-
-
-class TraceToMessages(Adapter[Sequence[Any], list[dict[str, Any]]]):
-    """Spans to OpenAI chat examples: each recorded chat call's request messages plus the reply, with its tools."""
-
-    def adapt(self, source: Sequence[Any], /) -> list[dict[str, Any]]:
-        """One ``{"messages": [...], "tools": [...] or None}`` per recorded chat call with text or tool calls."""
-        from voltbus.services.ops.training_export import example  # the export's reader of a recorded call (DuckDB)
-
-        examples = []
-        for span in sorted(source, key=lambda s: s.sequence_id):
-            attributes = span.attributes or {}
-            line = example(attributes.get("voltbus.llm.request"), attributes.get("voltbus.llm.response"))
-            if line is not None and "messages" in line:
-                examples.append({"messages": line["messages"], "tools": line.get("tools")})
-        return examples

@@ -65,6 +65,12 @@ AL_IMPORTS = [
     ("env_var", "resolve_int_env_var"),
     ("logging", "setup_logging"),
     ("logging", "setup"),
+    ("semconv", "AGL_OPERATION"),
+    ("semconv", "LightningSpanAttributes"),
+    ("utils.otel", "make_tag_attributes"),
+    ("utils.otel", "make_link_attributes"),
+    ("utils.otel", "extract_links_from_attributes"),
+    ("utils.otel", "query_linked_spans"),
 ]
 TOP_LEVEL = [  # `from agentlightning import ...` and `agl.X` of the same examples and docs, for these names
     "setup_logging", "setup_module_logging", "Dataset", "LightningStoreClient", "InMemoryLightningStore",

@@ -1,8 +1,6 @@
-"""Agent Lightning's ``adapter`` module: ``adapt(spans)`` objects over a rollout's spans (voltbus's ``Span`` or AL's).
-
-``TracerTraceToTriplet`` and ``LlmProxyTraceToTriplet`` give ``Triplet``s (token ids, reward, metadata);
-``TraceToMessages`` gives OpenAI chat examples of the recorded calls. The submodules are AL's paths.
-"""
+"""Agent Lightning's ``adapter`` module (and its ``base``, ``triplet``, ``messages`` paths): ``adapt(spans)`` objects
+over a rollout's spans, voltbus's ``Span`` or AL's: ``Triplet``s (``TracerTraceToTriplet``, ``LlmProxyTraceToTriplet``)
+and OpenAI chat examples (``TraceToMessages``)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The store client: Agent Lightning's LightningStore API over voltbus's event log.
-
-A façade: the implementation, and the list of its public names, is ``voltbus.services.clients.store``; Agent
-Lightning's store classes (``LightningStore``, ``InMemoryLightningStore``, ``LightningStoreClient``) are in
-``lightning.py``.
-"""
+"""The store client: Agent Lightning's LightningStore API over voltbus's event log. A façade: the implementation and
+its public names are ``voltbus.services.clients.store``; AL's store classes (``LightningStore``,
+``InMemoryLightningStore``, ``LightningStoreClient``) are in ``lightning.py``."""
 
 from __future__ import annotations
 

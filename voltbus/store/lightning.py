@@ -1,9 +1,6 @@
 """Agent Lightning's store classes over voltbus's bus: ``LightningStore`` (the base every store is an instance of),
-``InMemoryLightningStore`` (an embedded bus and projector of its own, in this process) and
-``LightningStoreClient`` (a bus URL; AL's HTTP store URLs are refused with what to use instead).
-
-Both are built without an event loop, as AL's are; each connects a store client on first use in the running loop.
-"""
+``InMemoryLightningStore`` (an embedded bus and projector of its own) and ``LightningStoreClient`` (a bus URL). Both are
+built without an event loop, as AL's are, and connect a store client on first use in the running loop."""
 
 from __future__ import annotations
 

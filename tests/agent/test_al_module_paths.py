@@ -468,3 +468,18 @@ async def test_hooks_in_run_context_see_the_trace_as_in_agent_lightnings_apo_deb
         assert seen == ["agentlightning.message"]
     finally:
         await store.close()
+
+
+def test_agent_code_importing_voltbus_does_not_load_the_runner_or_the_in_memory_store() -> None:
+    """``import voltbus`` stays what agent code needs: the runner service, the projector and the tracers' SDK
+    provider arrive with the first use of ``agl.LitAgentRunner`` / ``agl.OtelTracer`` / an in-memory store."""
+    import subprocess
+    import sys
+
+    heavy = ["voltbus.services.runner.app", "voltbus.services.projector.app", "voltbus.runner", "voltbus.tracer"]
+    code = f"import sys, voltbus; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
+    code = "import voltbus as agl; agl.LitAgentRunner; import sys; print('voltbus.services.runner.app' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "True"

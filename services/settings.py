@@ -35,6 +35,7 @@ from .sections import (
 )
 
 __all__ = [
+    "AgentLightningEnvironment",
     "BusSettings",
     "CoordinatorSettings",
     "CredentialsNotFound",
@@ -250,3 +251,22 @@ class CredentialsFile(PydanticBaseSettingsSource):
         if not Path(path).is_file() or not os.access(path, os.R_OK):
             raise CredentialsNotFound(f"no readable credentials file at {path} (VOLTBUS_CREDENTIALS_FILE)")
         return DotEnvSettingsSource(self.settings_cls, env_file=Path(path), dotenv_filtering="only_existing")()
+
+
+class AgentLightningEnvironment(BaseSettings):
+    """Agent Lightning 0.3's own ``AGL_*`` variables, as its ``resolve_*_env_var`` read them (raw text, read when
+    built): ``voltbus.env_var`` resolves them through this class, so that this module stays the one reader of the
+    environment. voltbus's services read none of them."""
+
+    model_config = SettingsConfigDict(env_prefix="AGL_", extra="ignore")
+
+    emitter_debug: str | None = None
+    """``AGL_EMITTER_DEBUG``: Agent Lightning's emitter debug switch."""
+    managed_store: str | None = None
+    """``AGL_MANAGED_STORE``: whether Agent Lightning's execution strategy wraps the store itself."""
+    current_role: str | None = None
+    """``AGL_CURRENT_ROLE``: which side(s) of Agent Lightning's client-server strategy run in this process."""
+    server_host: str | None = None
+    """``AGL_SERVER_HOST``: the interface Agent Lightning's store server binds to."""
+    server_port: str | None = None
+    """``AGL_SERVER_PORT``: the port Agent Lightning's store server listens on."""

@@ -20,12 +20,12 @@ def marked_blocks() -> list[str]:
 
 def test_the_page_marks_blocks_and_names_only_real_links() -> None:
     text = PAGE.read_text()
-    assert len(marked_blocks()) == 2
+    assert len(marked_blocks()) == 3
     for target in re.findall(r"\]\(([^)#]+)", text):
         assert (PAGE.parent / target).exists(), f"migration.md links to missing {target}"
 
 
-@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("index", [0, 1, 2])
 def test_block_runs(index: int, tmp_path: Path) -> None:
     code = marked_blocks()[index]
     if DOC_URL not in code:

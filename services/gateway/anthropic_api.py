@@ -22,6 +22,7 @@ from .client_api import (
     error_fields,
     folded,
     kept_headers,
+    shown,
     sse,
     text_content,
 )
@@ -117,7 +118,7 @@ def _texts(blocks: Any, param: str, allowed: tuple[str, ...]) -> list[str]:
     for n, block in enumerate(blocks):
         kind = block.get("type") if isinstance(block, dict) else None
         if kind not in allowed or not isinstance(block.get("text"), str):
-            raise bad(f"{param}[{n}]: content of type {kind!r} is not supported here (text only)", f"{param}[{n}]")
+            raise bad(f"{param}[{n}]: content of type {shown(kind)} is not supported here (text only)", f"{param}[{n}]")
         texts.append(block["text"])
     return texts
 
@@ -144,7 +145,7 @@ def chat_messages(message: Any, n: int) -> list[dict[str, Any]]:
         elif kind == "tool_use" and role == "assistant":
             calls.append(_tool_call(block, where))
         else:
-            raise bad(f"{where}: content of type {kind!r} is not supported in a {role} message", where)
+            raise bad(f"{where}: content of type {shown(kind)} is not supported in a {role} message", where)
     if role == "assistant":
         reply: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
         return [reply | ({"tool_calls": calls} if calls else {})]
@@ -164,7 +165,10 @@ def _tool_result(block: dict[str, Any], where: str) -> dict[str, Any]:
 def _tool_call(block: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
         raise bad(f"{where}: a tool_use block needs a string id and name", where)
-    arguments = json.dumps(block.get("input", {}))
+    try:
+        arguments = json.dumps(block.get("input", {}))
+    except RecursionError:
+        raise bad(f"{where}.input is nested too deeply", f"{where}.input") from None
     return {"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}}
 
 
@@ -173,7 +177,7 @@ def chat_tool(tool: Any, n: int) -> dict[str, Any]:
     if not isinstance(tool, dict) or tool.get("type", "custom") != "custom" or not isinstance(tool.get("name"), str):
         kind = tool.get("type") if isinstance(tool, dict) else None
         raise bad(
-            f"tools[{n}]: tools of type {kind!r} are not supported (client tools with a name only)", f"tools[{n}]"
+            f"tools[{n}]: tools of type {shown(kind)} are not supported (client tools with a name only)", f"tools[{n}]"
         )
     fn = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
     if tool.get("description"):
@@ -196,7 +200,7 @@ def chat_tool_choice(choice: Any) -> dict[str, Any]:
     elif kind == "tool" and isinstance(choice.get("name"), str):
         out = {"tool_choice": {"type": "function", "function": {"name": choice["name"]}}}
     else:
-        raise bad(f"tool_choice {choice!r} is not supported (auto, any, none or tool)", "tool_choice")
+        raise bad(f"tool_choice {shown(choice)} is not supported (auto, any, none or tool)", "tool_choice")
     if choice.get("disable_parallel_tool_use"):
         out["parallel_tool_calls"] = False
     return out

@@ -22,6 +22,16 @@ def bad(message: str, param: str | None = None) -> GatewayError:
     return GatewayError(400, "invalid_request_error", message, param=param)
 
 
+def shown(value: Any) -> str:
+    """A value as echoed in a refusal: its repr, cut to 64 characters.
+
+    >>> shown("web_search"), shown("x" * 100)[-20:]
+    ("'web_search'", '... (102 characters)')
+    """
+    text = repr(value)
+    return text if len(text) <= 64 else f"{text[:64]}... ({len(text)} characters)"
+
+
 def sse(event: str, data: dict[str, Any]) -> bytes:
     """One server-sent event with a name and a JSON payload.
 

@@ -51,6 +51,10 @@ async def begin(request: Request, kind: Kind, client: ClientApi | None = None) -
     forwarded, rewritten = rewrite_body(body, kind, model=model, temperature=mode_temperature(gw.settings, mode))
     call = Call(rid, aid, kind, forwarded, rewritten, "", streamed=bool(body.get("stream")), mode=mode)
     call.client, call.client_request = client, original if client is not None else {}
+    try:
+        call.body  # noqa: B018 (encoded once, here: a body too deep to encode is the agent's 400, not a 500)
+    except RecursionError:
+        raise GatewayError(400, "invalid_json", "request body nested too deeply to forward") from None
     return gw, call
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from .client_api import Answer, Block, ClientApi, StreamFolder, bad, folded, sse, text_content
+from .client_api import Answer, Block, ClientApi, StreamFolder, bad, folded, shown, sse, text_content
 
 ACCEPTED = frozenset({"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "stream"})
 MAPPED = {"max_output_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p"}
@@ -92,7 +92,7 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
             content = output if isinstance(output, str) else text_content(_texts(output, f"input[{n}].output"))
             messages.append({"role": "tool", "tool_call_id": _str(item, "call_id", n), "content": content})
         else:
-            raise bad(f"input[{n}]: items of type {kind!r} are not supported by this gateway", f"input[{n}].type")
+            raise bad(f"input[{n}]: items of type {shown(kind)} are not supported by this gateway", f"input[{n}].type")
     return messages
 
 
@@ -121,7 +121,7 @@ def _texts(parts: Any, param: str) -> list[str]:
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
             texts.append(part["refusal"])
         else:
-            raise bad(f"{param}[{m}]: content of type {kind!r} is not supported (text only)", f"{param}[{m}]")
+            raise bad(f"{param}[{m}]: content of type {shown(kind)} is not supported (text only)", f"{param}[{m}]")
     return texts
 
 
@@ -143,7 +143,9 @@ def chat_tool(tool: Any, n: int) -> dict[str, Any]:
     """A chat tool for a Responses function tool; 400 for built-in tools (web search, files, ...)."""
     kind = tool.get("type") if isinstance(tool, dict) else None
     if kind != "function":
-        raise bad(f"tools[{n}]: tools of type {kind!r} are not supported (function tools only)", f"tools[{n}].type")
+        raise bad(
+            f"tools[{n}]: tools of type {shown(kind)} are not supported (function tools only)", f"tools[{n}].type"
+        )
     if not isinstance(tool.get("name"), str):
         raise bad(f"tools[{n}].name must be a string", f"tools[{n}].name")
     fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
@@ -160,7 +162,7 @@ def chat_tool_choice(choice: Any) -> Any:
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
         return {"type": "function", "function": {"name": choice["name"]}}
-    raise bad(f"tool_choice {choice!r} is not supported (auto, none, required or a function)", "tool_choice")
+    raise bad(f"tool_choice {shown(choice)} is not supported (auto, none, required or a function)", "tool_choice")
 
 
 def response_format(text: Any) -> dict[str, Any] | None:
@@ -176,7 +178,7 @@ def response_format(text: Any) -> dict[str, Any] | None:
     if kind == "json_schema":
         schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
         return {"type": "json_schema", "json_schema": schema}
-    raise bad(f"text.format of type {kind!r} is not supported", "text.format")
+    raise bad(f"text.format of type {shown(kind)} is not supported", "text.format")
 
 
 def output_item(block: Block, call_id: str, status: str = "completed") -> dict[str, Any]:

@@ -4,6 +4,7 @@ calls on the right rollout and attempt."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import anthropic
@@ -170,3 +171,20 @@ async def test_malformed_bodies_pause_and_engine_failures_in_anthropics_shape(
     assert paused.headers["retry-after"] and paused.headers["x-agl-paused"]
     [call] = await model_calls(eventlog, 1)
     assert call.status == "error" and call.rollout_id == g.rid
+
+
+async def test_a_stream_the_engine_breaks_ends_in_an_error_event(
+    make_gateway: GatewayFactory, eventlog: EventLog
+) -> None:
+    g = await make_gateway(timeout_s=0.3)
+    g.engine.stream_gate = asyncio.Event()  # the engine stalls after its first chunk
+    stream = await client(g, max_retries=0).messages.create(model="stub", max_tokens=8, messages=ASK, stream=True)
+    seen: list[str] = []
+    with pytest.raises(anthropic.APIStatusError) as info:
+        async for event in stream:
+            seen.append(event.type)
+    g.engine.stream_gate.set()
+    assert seen == ["message_start", "content_block_start", "content_block_delta"]
+    assert "engine stream broke" in str(info.value)
+    [call] = await model_calls(eventlog, 1)
+    assert call.status == "error" and call.error and call.error.type == "UpstreamTimeout"

@@ -4,6 +4,7 @@ chat calls on the right rollout and attempt."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -167,3 +168,20 @@ async def test_malformed_bodies_and_engine_failures(make_gateway: GatewayFactory
     assert failed.status_code == 502 and failed.json()["error"]["type"] == "upstream_error"
     [call] = await model_calls(eventlog, 1)
     assert call.status == "error" and call.rollout_id == g.rid
+
+
+async def test_a_stream_the_engine_breaks_ends_in_an_error_event(
+    make_gateway: GatewayFactory, eventlog: EventLog
+) -> None:
+    g = await make_gateway(timeout_s=0.3)
+    g.engine.stream_gate = asyncio.Event()  # the engine stalls after its first chunk
+    stream = await client(g, max_retries=0).responses.create(model="stub", input="2+40", stream=True)
+    seen: list[str] = []
+    with pytest.raises(openai.APIError) as info:
+        async for event in stream:
+            seen.append(event.type)
+    g.engine.stream_gate.set()
+    assert seen[-1] == "response.output_text.delta" and "response.completed" not in seen
+    assert "engine stream broke" in str(info.value)
+    [call] = await model_calls(eventlog, 1)
+    assert call.status == "error" and call.error and call.error.type == "UpstreamTimeout"

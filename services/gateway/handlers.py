@@ -3,9 +3,10 @@
 Order for a call: auth (401/403), pause (429, checked again once the call counts as in flight, so a
 drain that ended never misses it), attribution (404 for an unknown rollout or attempt,
 403 for an ended one), body (413 over the limit, 400 malformed or past a count limit: ``limits``),
-then the engine. The engine's answer and status pass
-through; when every try fails (5xx, timeout, no connection, on each engine tried; see
-``upstream``) the answer is 502 (504 for a timeout) naming the engines tried.
+then the engine. A Responses or Anthropic Messages call (``client_api``) is translated to chat
+once its body is read (400 for what cannot be) and answered, errors included, in its own shape.
+The engine's answer and status pass through; when every try fails (5xx, timeout, no connection,
+on each engine tried; see ``upstream``) the answer is 502 (504 for a timeout) naming the engines tried.
 Every forwarded call is recorded as one ``ModelCalled``; a non-streamed call whose event the bus
 refuses is answered 503 (the agent retries) so no sampled call goes untrained-on unnoticed.
 """

@@ -35,7 +35,9 @@ class RecordedStream(StreamingResponse):
         self.folder = call.client.stream(call.client_request, call.call_id) if call.client is not None else None
         self.ended = False
         self.failure: tuple[str, str] | None = None
-        media = "text/event-stream" if self.folder else upstream.headers.get("content-type", "text/event-stream")
+        media = upstream.headers.get("content-type", "text/event-stream")
+        if self.folder is not None:  # the client's own events
+            media = "text/event-stream"
         super().__init__(self.chunks(), status_code=upstream.status, media_type=media)
 
     async def chunks(self) -> AsyncIterator[bytes]:

@@ -5,6 +5,7 @@ chat calls on the right rollout and attempt."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 from typing import Any
 
@@ -108,7 +109,10 @@ async def test_streamed_tool_call_with_the_stream_helper(gateway: Setup, eventlo
 
 
 async def test_the_agents_sdk_default_model_runs_a_tool_through_the_gateway(gateway: Setup, eventlog: EventLog) -> None:
-    agents = pytest.importorskip("agents", reason="the examples extra (openai-agents)")
+    if importlib.util.find_spec("agents") is None:
+        pytest.fail("the OpenAI Agents SDK (openai-agents) is not installed: pip install -e '.[dev,learn,examples]'")
+    import agents
+
     agents.set_tracing_disabled(True)
     added: list[tuple[int, int]] = []
 

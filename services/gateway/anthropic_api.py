@@ -59,7 +59,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         raise bad("thinking is not supported by this gateway", "thinking")
     unknown = sorted(set(body) - ACCEPTED - set(MAPPED) - IGNORED - {"thinking", "output_config"})
     if unknown:
-        raise bad(f"unsupported parameter(s): {', '.join(unknown)}", unknown[0])
+        raise bad(f"unsupported parameter(s): {', '.join(shown(k) for k in unknown[:8])}", unknown[0][:64])
     max_tokens = body.get("max_tokens")
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise bad("max_tokens: a positive integer is required", "max_tokens")

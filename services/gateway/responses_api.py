@@ -47,7 +47,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         raise bad("reasoning options are not supported by this gateway", "reasoning")
     unknown = sorted(set(body) - ACCEPTED - set(MAPPED) - IGNORED - PASSED - {"text", "reasoning", *STATEFUL})
     if unknown:
-        raise bad(f"unsupported parameter(s): {', '.join(unknown)}", unknown[0])
+        raise bad(f"unsupported parameter(s): {', '.join(shown(k) for k in unknown[:8])}", unknown[0][:64])
     if body.get("instructions") is not None and not isinstance(body["instructions"], str):
         raise bad("instructions must be a string", "instructions")
     messages = [{"role": "system", "content": body["instructions"]}] if body.get("instructions") else []

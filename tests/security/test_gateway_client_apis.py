@@ -115,5 +115,6 @@ async def test_what_is_echoed_in_a_refusal_is_bounded(make_gateway: GatewayFacto
         tools = await http.post(path(g.rid, g.aid, "responses"), json={**RESPONSES, "tools": [{"type": huge}]})
         block = {"role": "user", "content": [{"type": huge}]}
         content = await http.post(path(g.rid, g.aid, "messages"), json={**MESSAGES, "messages": [block]})
-    for answer in (tools, content):
+        unknown = await http.post(path(g.rid, g.aid, "messages"), json={**MESSAGES, huge: 1})
+    for answer in (tools, content, unknown):
         assert answer.status_code == 400 and len(answer.content) < 2_000

@@ -4,17 +4,18 @@ The one voltbus-specific line is the ``AsyncOpenAI(base_url=llm.endpoint, ...)``
 policy resource (a ``ProxyLLM`` scoped to this attempt), so every call the SDK makes goes through
 the gateway, which records it as a ``ModelCalled`` event with its token ids for training.
 
-The SDK's default model speaks the Responses API and the tiny CPU server speaks only chat and
-plain completions, so the agent uses the SDK's ``OpenAIChatCompletionsModel`` (its documented
-path for any OpenAI-compatible server), with no tools and no structured output: the tiny model can
-do neither. Its text is mostly gibberish; the point is the plumbing.
+The agent uses the SDK's default model class, ``OpenAIResponsesModel`` (the Responses API): the
+gateway translates ``/v1/responses`` to a chat completion for the engine (the tiny CPU server
+speaks only chat and plain completions) and records it as a chat call with its token ids. No
+tools and no structured output: the tiny model can do neither (the gateway can: see
+docs/gateway.md). Its text is mostly gibberish; the point is the plumbing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, set_tracing_disabled
 from openai import AsyncOpenAI
 
 import voltbus as agl
@@ -29,7 +30,7 @@ async def sdk_agent(task: dict[str, Any], llm: agl.LLM) -> float:
     agent = Agent(
         name="adder",
         instructions="Reply with the sum only.",
-        model=OpenAIChatCompletionsModel(model=llm.model, openai_client=client),
+        model=OpenAIResponsesModel(model=llm.model, openai_client=client),  # the SDK's default: the Responses API
         model_settings=ModelSettings(temperature=1.0, max_tokens=4),
     )
     result = await Runner.run(agent, f"{task['a']}+{task['b']}=", max_turns=1)

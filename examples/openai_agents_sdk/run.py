@@ -1,9 +1,9 @@
 """Train the OpenAI Agents SDK agent of ``agent.py`` with a few GRPO steps through voltbus, on the CPU.
 
 The learner publishes the policy as a ``ProxyLLM`` resource; the agent hands its endpoint to the
-SDK as the base_url, so the SDK's chat calls go through the gateway (recorded with token ids) to the
-CPU inference server serving ``examples/arith_rl/model``. Uses the bus at ``VOLTBUS_NATS__URL`` if
-one answers, else starts an embedded one.
+SDK as the base_url, so the SDK's Responses API calls go through the gateway (translated to chat,
+recorded with token ids) to the CPU inference server serving ``examples/arith_rl/model``. Uses the
+bus at ``VOLTBUS_NATS__URL`` if one answers, else starts an embedded one.
 
     .venv/bin/python examples/openai_agents_sdk/run.py
 """

@@ -1,7 +1,8 @@
 """Wiring of the gateway: routes, and the lifespan that owns the bus connection and the engine client.
 
-Model calls, in three URL shapes (each with ``/v1/chat/completions``, ``/v1/completions`` and
-``GET /v1/models``):
+Model calls, in three URL shapes (each with ``/v1/chat/completions``, ``/v1/completions``,
+``GET /v1/models``, and the OpenAI Responses and Anthropic Messages APIs, ``/v1/responses`` and
+``/v1/messages``, forwarded as chat):
 
 * ``/v1/...``: attribution from ``X-Voltbus-Rollout-Id`` / ``X-Voltbus-Attempt-Id`` (rollout only:
   its latest attempt; neither: recorded as ``unattributed``);
@@ -35,8 +36,10 @@ from voltbus.services.serving import serve_until
 from voltbus.services.settings import Settings
 
 from . import admin, agl_api, events, handlers
+from .anthropic_api import MESSAGES
 from .attribution import Attribution
 from .pause import PauseState
+from .responses_api import RESPONSES
 from .state import Gateway
 from .upstream import Upstream
 
@@ -53,6 +56,8 @@ def routes() -> list[Route]:
             Route(f"{prefix}/v1/chat/completions", handlers.proxy("chat"), methods=["POST"]),
             Route(f"{prefix}/v1/completions", handlers.proxy("completions"), methods=["POST"]),
             Route(f"{prefix}/v1/models", handlers.models, methods=["GET"]),
+            Route(f"{prefix}/v1/responses", handlers.proxy("chat", RESPONSES), methods=["POST"]),
+            Route(f"{prefix}/v1/messages", handlers.proxy("chat", MESSAGES), methods=["POST"]),
         ]
     out.append(Route("/api/rollouts/{rid}/attempt/{aid}/events", events.post_event, methods=["POST"]))
     out += agl_api.routes()  # AL 1.0's rollout and model routes

@@ -59,7 +59,10 @@ class StreamAssembler:
 
     >>> a = StreamAssembler("chat")
     >>> a.feed(b'data: {"model": "m", "prompt_token_ids": [1], "choices": [{"index": 0, "delta": {"content": "4"}, ')
-    >>> a.feed(b'"token_ids": [7], "logprobs": {"content": [{"logprob": -0.5}]}}]}\\n\\ndata: [DONE]\\n\\n')
+    []
+    >>> chunks = a.feed(b'"token_ids": [7], "logprobs": {"content": [{"logprob": -0.5}]}}]}\\n\\ndata: [DONE]\\n\\n')
+    >>> [c["model"] for c in chunks]  # the chunks the bytes completed
+    ['m']
     >>> r = a.response(); r["choices"][0]["message"]["content"], r["choices"][0]["token_ids"], a.done
     ('4', [7], True)
     """
@@ -72,29 +75,31 @@ class StreamAssembler:
         self.choices: dict[int, _Choice] = {}
         self.error: Any = None
 
-    def feed(self, data: bytes) -> None:
-        """Take the next bytes of the stream (any split); complete lines are folded in."""
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """Take the next bytes of the stream (any split); complete lines are folded in, and the
+        chunks they held are returned (for a client API that answers in its own events)."""
         self.buffer += data
         *lines, self.buffer = self.buffer.split(b"\n")
-        for line in lines:
-            self._line(line.strip())
+        return [chunk for line in lines if (chunk := self._line(line.strip())) is not None]
 
-    def _line(self, line: bytes) -> None:
+    def _line(self, line: bytes) -> dict[str, Any] | None:
         if not line.startswith(b"data:"):
-            return
+            return None
         payload = line[5:].strip()
         if payload == b"[DONE]":
             self.done = True
-            return
+            return None
         try:
             chunk = msgspec.json.decode(payload)
         except msgspec.DecodeError:  # not strict JSON: what the stdlib reads (NaN), else skipped
             try:
                 chunk = json.loads(payload)
             except ValueError:
-                return
-        if isinstance(chunk, dict):
-            self._chunk(chunk)
+                return None
+        if not isinstance(chunk, dict):
+            return None
+        self._chunk(chunk)
+        return chunk
 
     def _chunk(self, chunk: dict[str, Any]) -> None:
         if "error" in chunk:

@@ -3,9 +3,10 @@
 Order for a call: auth (401/403), pause (429, checked again once the call counts as in flight, so a
 drain that ended never misses it), attribution (404 for an unknown rollout or attempt,
 403 for an ended one), body (413 over the limit, 400 malformed or past a count limit: ``limits``),
-then the engine. The engine's answer and status pass
-through; when every try fails (5xx, timeout, no connection, on each engine tried; see
-``upstream``) the answer is 502 (504 for a timeout) naming the engines tried.
+then the engine. A Responses or Anthropic Messages call (``client_api``) is translated to chat
+once its body is read (400 for what cannot be) and answered, errors included, in its own shape.
+The engine's answer and status pass through; when every try fails (5xx, timeout, no connection,
+on each engine tried; see ``upstream``) the answer is 502 (504 for a timeout) naming the engines tried.
 Every forwarded call is recorded as one ``ModelCalled``; a non-streamed call whose event the bus
 refuses is answered 503 (the agent retries) so no sampled call goes untrained-on unnoticed.
 """
@@ -23,6 +24,7 @@ from voltbus.services.settings import GatewaySettings
 
 from .attribution import UNATTRIBUTED, claimed_rollout
 from .auth import require_agent
+from .client_api import ClientApi
 from .errors import GatewayError, error_response
 from .limits import check_call
 from .record import Call, model_called
@@ -34,19 +36,26 @@ from .upstream import Outcome, failure_answer, routing_key
 log = logging.getLogger(__name__)
 
 
-async def begin(request: Request, kind: Kind) -> tuple[Gateway, Call]:
-    """Everything before the engine is called: auth, pause, attribution, body, rewriting."""
+async def begin(request: Request, kind: Kind, client: ClientApi | None = None) -> tuple[Gateway, Call]:
+    """Everything before the engine is called: auth, pause, attribution, body (translated to chat
+    for a ``client`` API), rewriting."""
     gw = gateway_of(request)
     require_agent(request, gw.settings, claimed_rollout(request))
     if gw.pause.paused:
         raise GatewayError(429, "gateway_paused", "gateway paused")
     rid, aid, mode = await gw.attribution.resolve(request)
-    body = await read_json(request, gw.settings.max_body_bytes)
+    original = await read_json(request, gw.settings.max_body_bytes)
+    body = client.to_chat(original) if client is not None else original
     check_call(body, gw.settings)
     attributed = rid != UNATTRIBUTED
     model = gw.settings.model_name if attributed else None
     forwarded, rewritten = rewrite_body(body, kind, model=model, temperature=mode_temperature(gw.settings, mode))
     call = Call(rid, aid, kind, forwarded, rewritten, "", streamed=bool(body.get("stream")), mode=mode)
+    call.client, call.client_request = client, original if client is not None else {}
+    try:
+        call.body  # noqa: B018 (encoded once, here: a body too deep to encode is the agent's 400, not a 500)
+    except RecursionError:
+        raise GatewayError(400, "invalid_json", "request body nested too deeply to forward") from None
     return gw, call
 
 
@@ -80,6 +89,8 @@ async def finish(gw: Gateway, call: Call) -> Response:
         return answer
     if failed is not None:
         return error_response(503, "record_failed", f"model call could not be recorded: {failed}")
+    if call.client is not None and (outcome.status or 0) < 400:
+        return JSONResponse(call.client.answer(call.client_request, outcome.body, call.call_id))
     return passed_on(outcome)
 
 
@@ -90,12 +101,24 @@ def passed_on(outcome: Outcome) -> Response:
     return JSONResponse(outcome.body, status_code=outcome.status or 502)
 
 
-def proxy(kind: Kind) -> Callable[[Request], Awaitable[Response]]:
-    """The endpoint for one API (chat or completions), shared by every route shape."""
+def proxy(kind: Kind, client: ClientApi | None = None) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint for one API (chat or completions; or a ``client`` API forwarded as chat and
+    answered, errors included, in its own shape), shared by every route shape."""
+    if client is None:
+        return _proxy(kind, None)
+    inner = _proxy(kind, client)
 
+    async def translated(request: Request) -> Response:
+        answer = await inner(request)
+        return client.error(answer) if answer.status_code >= 400 else answer
+
+    return translated
+
+
+def _proxy(kind: Kind, client: ClientApi | None) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         try:
-            gw, call = await begin(request, kind)
+            gw, call = await begin(request, kind, client)
         except GatewayError as exc:
             return gw_refusal(request, exc)
         await gw.pause.enter()

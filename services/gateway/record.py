@@ -6,13 +6,16 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from voltbus.schemas import ErrorInfo, ModelCalled, Usage, derive_id
 
 from .rewrite import Kind, read_response
+
+if TYPE_CHECKING:
+    from .client_api import ClientApi
 
 
 @dataclass
@@ -29,6 +32,11 @@ class Call:
     mode: str | None = None
     epoch: int = -1
     """The served-versions epoch when the call was admitted (``versions``); -1: not admitted."""
+    client: ClientApi | None = None
+    """The client's API when it is not OpenAI chat or completions (Responses, Anthropic Messages):
+    the call is forwarded as chat and answered in that API's shape."""
+    client_request: dict[str, Any] = field(default_factory=dict)
+    """The client's own request body, for ``client`` (its answer echoes parts of it)."""
     call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     at: float = field(default_factory=time.time)
     started: float = field(default_factory=time.monotonic)

@@ -85,6 +85,8 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         body = msgspec.json.decode(raw) if raw.strip() else {}
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec checks a string's UTF-8 as it decodes it
         raise GatewayError(400, "invalid_json", f"invalid JSON in request body: {exc}") from None
+    except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
+        raise GatewayError(400, "invalid_json", "request body nested too deeply") from None
     if not isinstance(body, dict):
         raise GatewayError(400, "invalid_request", "request body must be a JSON object")
     return body

@@ -5,7 +5,8 @@ response is released when it was read to the end (its connection is reused), els
 connection (the engine sees the request cancelled when the agent went away); the assembled call is
 recorded (``status="error"``, type ``Cancelled``, when the agent disconnected before the end), and
 the call leaves the in-flight count. Recording is shielded from the cancellation of a disconnect.
-``assembler.py`` folds the chunks into the recorded call.
+``assembler.py`` folds the chunks into the recorded call. A call made in another client API
+(``Call.client``) gets that API's events instead of the engine's bytes (``client_api.StreamFolder``).
 """
 
 from __future__ import annotations
@@ -31,24 +32,36 @@ class RecordedStream(StreamingResponse):
     def __init__(self, gw: Gateway, call: Call, upstream: aiohttp.ClientResponse, retries: int = 0) -> None:
         self.gw, self.call, self.upstream, self.retries = gw, call, upstream, retries
         self.assembler = StreamAssembler(call.kind)
+        self.folder = call.client.stream(call.client_request, call.call_id) if call.client is not None else None
         self.ended = False
         self.failure: tuple[str, str] | None = None
         media = upstream.headers.get("content-type", "text/event-stream")
+        if self.folder is not None:  # the client's own events
+            media = "text/event-stream"
         super().__init__(self.chunks(), status_code=upstream.status, media_type=media)
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """The engine's bytes, unchanged (as they arrive), copied into the assembler."""
+        """The engine's bytes, unchanged (as they arrive; for a client API, its own events for
+        them), copied into the assembler."""
         try:
             async for data in self.upstream.content.iter_any():
-                self.assembler.feed(data)
-                yield data
+                chunks = self.assembler.feed(data)
+                if self.folder is None:
+                    yield data
+                elif out := b"".join(self.folder.chunk(c) for c in chunks):
+                    yield out
         except CLIENT_ERRORS as exc:
             kind = "UpstreamTimeout" if isinstance(exc, TimeoutError) else "UpstreamError"
             self.failure = (kind, f"engine stream broke: {type(exc).__name__}: {exc}")
+            if self.folder is not None:
+                yield self.folder.fail(self.failure[1])
+                return
             error = {"error": {"message": self.failure[1], "type": "upstream_error", "code": 502}}
             yield f"data: {json.dumps(error)}\n\n".encode()
             return
         self.ended = True
+        if self.folder is not None and (out := self.folder.end()):
+            yield out
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

@@ -54,7 +54,8 @@ async def test_sdk_agent_model_calls_are_recorded_with_token_ids(nats_settings: 
     assert [r.status for r in done] == ["succeeded"] * len(tasks), [r.attempt.error for r in done if r.attempt]
     calls = [e for e in events if isinstance(e, ModelCalled)]
     rewards = [e for e in events if isinstance(e, RewardReported)]
-    # one chat call per rollout, made by the SDK, attributed by the gateway to its attempt
+    # one call per rollout, made by the SDK in the Responses API (recorded as the chat call the gateway
+    # forwarded), attributed by the gateway to its attempt
     assert sorted(c.rollout_id for c in calls) == sorted(ids)
     assert all(c.status == "ok" and c.prompt_ids and c.response_ids for c in calls)
     assert sorted(r.rollout_id for r in rewards) == sorted(ids)

@@ -1,6 +1,7 @@
 """A stub OpenAI-compatible engine (the outer edge), with vLLM's token ids and logprobs.
 
-Answers chat and completions, streamed or not; ``StubControl`` makes it fail with 503, or hold
+Answers chat and completions, streamed or not (with a call of the ``add`` tool when the request
+offers tools and has no tool result yet); ``StubControl`` makes it fail with 503, or hold
 calls until released (to keep a call in flight), and keeps every body it received.
 """
 
@@ -39,6 +40,21 @@ class StubControl:
 
 TOOL_PIECES = ['{"a": ', '40, "b": 2}']
 """A streamed tool call's arguments arrive in these pieces (when the request offers ``tools``)."""
+TOOL_IDS = [60, 61, 62]
+"""The token ids of a tool call (one per piece of a streamed one, its opening included)."""
+
+
+def wants_tool(body: dict[str, Any]) -> bool:
+    """The stub calls the ``add`` tool when the request offers tools and no tool result came back yet."""
+    messages = body.get("messages") or [{}]
+    return bool(body.get("tools")) and messages[-1].get("role") != "tool"
+
+
+def _tool_choice() -> dict[str, Any]:
+    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "".join(TOOL_PIECES)}}
+    lp = {"content": [{"token": "", "logprob": -0.5, "bytes": None, "top_logprobs": []} for _ in TOOL_IDS]}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    return {"index": 0, "finish_reason": "tool_calls", "token_ids": TOOL_IDS, "message": message, "logprobs": lp}
 
 
 def _choice(kind: str, index: int = 0) -> dict[str, Any]:
@@ -110,7 +126,7 @@ def _tool_chunks(model: str) -> list[dict[str, Any]]:
     out = []
     for n, delta in enumerate(deltas):
         last = n == len(deltas) - 1
-        choice = {"index": 0, "delta": {"tool_calls": [delta]}, "token_ids": [60 + n]}
+        choice = {"index": 0, "delta": {"tool_calls": [delta]}, "token_ids": [TOOL_IDS[n]]}
         choice["finish_reason"] = "tool_calls" if last else None
         out.append({**head, "choices": [choice]})
     return out
@@ -131,7 +147,7 @@ def stub_app(control: StubControl) -> Starlette:
         if body.get("stream"):
 
             async def sse() -> AsyncIterator[bytes]:
-                chunks = _tool_chunks(model) if body.get("tools") else _chunks(kind, model)
+                chunks = _tool_chunks(model) if wants_tool(body) else _chunks(kind, model)
                 for n, chunk in enumerate(chunks):
                     if n == 1 and control.stream_gate is not None:
                         await control.stream_gate.wait()
@@ -148,7 +164,9 @@ def stub_app(control: StubControl) -> Starlette:
                 "object": obj,
                 "created": 0,
                 "model": model,
-                "choices": [_choice(kind, i) for i in range(int(body.get("n") or 1))],
+                "choices": [_tool_choice()]
+                if wants_tool(body)
+                else [_choice(kind, i) for i in range(int(body.get("n") or 1))],
                 "usage": usage,
                 **extra,
             }

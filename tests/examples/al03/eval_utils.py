@@ -1,6 +1,5 @@
 # Copyright (c) Microsoft. All rights reserved.
-# Agent Lightning v0.3.0's examples/calc_x/eval_utils.py, used by calc_agent.py. Changed: evaluate_v0_1 (the
-# 0.1 API's reward decorator, voltbus.reward: issue 26's names, another branch) and its import left out.
+# Agent Lightning v0.3.0's examples/calc_x/eval_utils.py, used by calc_agent.py. Changed: the import line.
 
 # Copied and adapted from https://github.com/prompteus/calc-x/blob/master/gadgets/metrics.py
 
@@ -9,6 +8,8 @@ import re
 import string
 
 import sympy
+
+from voltbus.reward import reward
 
 
 def normalize_option(option: str) -> str:
@@ -61,4 +62,9 @@ def scalar_are_results_same(pred_result: str, true_result: str, rel_tol: float) 
 
 
 async def evaluate(prediction: str, ground_truth: str) -> float:
+    return float(scalar_are_results_same(prediction, ground_truth, 1e-2))
+
+
+@reward
+async def evaluate_v0_1(prediction: str, ground_truth: str) -> float:
     return float(scalar_are_results_same(prediction, ground_truth, 1e-2))

@@ -2,7 +2,7 @@
 # ruff: noqa: UP006, UP035, UP045, UP015, E501
 # Agent Lightning v0.3.0's examples/spider/sql_agent.py as its users have it, run on voltbus by
 # tests/examples/test_al03_spider.py. Changed: the import line; spider_eval's execution match reduced to
-# eval_exec_match below; setup_logging and the pandas debug entry point left out (see the test).
+# eval_exec_match below; the pandas debug entry point left out (see the test).
 
 """Sample code that demonstrates an SQL agent using LangGraph and LangChain,
 trainable with Agent-lightning.
@@ -32,7 +32,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 import voltbus as agl
 
-# agl.setup_logging(apply_to=[__name__])  # voltbus.setup_logging: issue 26's names (another branch)
+agl.setup_logging(apply_to=[__name__])
 
 logger = logging.getLogger(__name__)
 

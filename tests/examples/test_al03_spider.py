@@ -6,14 +6,17 @@ model calls, with their token ids and the reward (the real bus, gateway, runner 
 
 from __future__ import annotations
 
+import importlib
+import logging
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import duckdb
 import pytest
 
-from tests.examples.al03 import sql_agent
 from tests.examples.scripted_engine import scripted_app, token_ids
 from tests.services.gateway.stub_llm import serve
 from voltbus.projections.adapter import AdapterSettings
@@ -30,6 +33,21 @@ TASKS = [  # the first one's gold query returns what the written query returns: 
     {"question": "Who is older than 30?", "db_id": "concert", "query": "SELECT name FROM singer WHERE age >= 31"},
     {"question": "Who is 30 or younger?", "db_id": "concert", "query": "SELECT name FROM singer WHERE age <= 30"},
 ]
+
+
+@pytest.fixture
+def sql_agent() -> Iterator[ModuleType]:
+    """AL's agent module. Importing it runs its ``agl.setup_logging(...)``, which (as in AL) gives the ``voltbus``
+    logger a console handler and stops its propagation: put both loggers back for the tests after this one."""
+    names = ("voltbus", "tests.examples.al03.sql_agent")
+    saved = [(lg, lg.handlers[:], lg.level, lg.propagate) for lg in map(logging.getLogger, names)]
+    try:
+        yield importlib.import_module("tests.examples.al03.sql_agent")
+    finally:
+        for logger, handlers, level, propagate in saved:
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
 
 
 def reply(body: dict[str, Any]) -> dict[str, Any]:
@@ -64,7 +82,7 @@ async def triplets(settings: Settings, db: Path, adapter: AdapterSettings) -> li
 
 @pytest.mark.timeout(300)
 async def test_agent_match_on_a_langgraph_node_trains_its_calls(
-    nats_settings: NatsSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    nats_settings: NatsSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sql_agent: ModuleType
 ) -> None:
     monkeypatch.setenv("VERL_SPIDER_DATA_DIR", str(spider_data(tmp_path / "spider")))
     received: list[dict[str, Any]] = []

@@ -67,7 +67,8 @@ def test_al_1_0_gsm8k_config_maps_to_learner_settings_runner_env_map_and_a_list_
     }
     LearnerSettings(**p.learner)  # valid settings
     assert "agentlightning.agl_key" in p.unused and "trainer.logger" in p.unused
-    assert "agentlightning.trace_aggregator.level" in p.unused and "data.train_batch_size" not in p.unused
+    assert "data.train_batch_size" not in p.unused and "agentlightning.trace_aggregator.level" not in p.unused
+    assert p.adapter == {"aggregation": "trajectory", "max_prompt_length": 1024, "max_response_length": 1024}
     assert not {"agentlightning.local.agent_class", "agentlightning.local.env_map", "trainer.total_epochs"} & set(
         p.unused
     )

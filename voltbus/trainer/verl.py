@@ -53,6 +53,9 @@ OTHER_KEYS = {
 }
 """Keys read by a rule of their own (below)."""
 
+USED_KEYS = {*LEARNER_KEYS, *ADAPTER_KEYS, *OTHER_KEYS}
+"""Every key ``VERL(config)`` reads."""
+
 AGGREGATION = {"transition": "call", "trajectory": "trajectory"}
 """AL's ``trace_aggregator.level`` -> ``AdapterSettings.aggregation``."""
 TRAJECTORY_DEFAULTS = {"max_prompt_length": 2048, "max_response_length": 8192}
@@ -90,8 +93,8 @@ def learner_overrides(flat: dict[str, Any]) -> dict[str, Any]:
         out["model_dir"] = Path(str(out["model_dir"])).expanduser()
         if not out["model_dir"].is_dir():
             raise ValueError(
-                f"VERL: actor_rollout_ref.model.path={flat['actor_rollout_ref.model.path']!r} is no local directory: "
-                "voltbus loads the model from disk and never downloads one (download it, then give its path)"
+                f"VERL: actor_rollout_ref.model.path={flat['actor_rollout_ref.model.path']!r} is not a local "
+                "directory: voltbus loads the model from disk and never downloads one (download it, then give its path)"
             )
     return out
 
@@ -135,8 +138,7 @@ class VERL(GRPO):
         self.adapter_fields = adapter_overrides(flat)
         msgspec.convert(self.adapter_fields, AdapterSettings)  # a bad length or level fails here
         self.total_epochs: int | None = flat.get("trainer.total_epochs") if "steps" not in overrides else None
-        used = {*LEARNER_KEYS, *ADAPTER_KEYS, *OTHER_KEYS}
-        if unused := sorted(k for k in flat if k not in used):
+        if unused := sorted(k for k in flat if k not in USED_KEYS):
             log.warning("VERL: %d config keys have no effect in voltbus: %s", len(unused), ", ".join(unused))
         if trainer_cls is not None or daemon_cls is not None:
             log.warning(

@@ -6,43 +6,19 @@ with no effect is named in one warning (``Plan.unused``). ``plan`` is the pure m
 
 from __future__ import annotations
 
+import copy
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from voltbus.services.settings import RunnerSettings, Settings
-from voltbus.trainer import GRPO, Trainer
+from voltbus.trainer import Trainer, verl
 
 log = logging.getLogger(__name__)
 
-LEARNER_KEYS = {
-    "actor_rollout_ref.model.path": "model_dir",
-    "data.train_batch_size": "tasks_per_step",
-    "actor_rollout_ref.rollout.n": "group_size",
-    "actor_rollout_ref.actor.optim.lr": "lr",
-    "actor_rollout_ref.actor.ppo_epochs": "epochs",
-    "actor_rollout_ref.actor.clip_ratio": "clip",
-    "actor_rollout_ref.actor.clip_ratio_low": "clip",
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "micro_batch_size",
-    "trainer.total_training_steps": "steps",
-    "data.seed": "seed",
-    "agentlightning.rollout_timeout_seconds": "rollout_timeout_s",
-    "agentlightning.async_rollout.enabled": "overlap",
-}
-"""verl / AL 1.0 config key -> ``LearnerSettings`` field (the same table as AL 0.3's ``VERL(config)``)."""
-
-RULE_KEYS = {
-    "algorithm.adv_estimator",
-    "actor_rollout_ref.actor.use_kl_loss",
-    "actor_rollout_ref.actor.kl_loss_coef",
-    "actor_rollout_ref.actor.clip_ratio_high",
-    "trainer.total_epochs",
-    "agentlightning.local.agent_class",
-    "agentlightning.local.env_map",
-}
-"""Keys read by a rule of their own (``plan``)."""
+LOCAL = "agentlightning.local"
+"""AL 1.0's keys for the agent (``agent_class``, ``env_map``): the rest of the config is AL 0.3's ``VERL(config)``'s."""
 
 
 @dataclass
@@ -55,22 +31,10 @@ class Plan:
     """``LearnerSettings`` overrides (``GRPO(**learner)``)."""
     env_map: dict[str, str] = field(default_factory=dict)
     """``agentlightning.local.env_map``: the runners' ``env_map``."""
+    adapter: dict[str, Any] = field(default_factory=dict)
+    """``AdapterSettings`` fields (lengths, trace aggregation) for the training rows."""
     unused: list[str] = field(default_factory=list)
     """Keys that have no effect in voltbus (each set one, in order)."""
-
-
-def flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """``("a.b.c", value)`` for every leaf of a nested mapping (``env_map`` is one leaf).
-
-    >>> dict(flatten({"data": {"train_batch_size": 8}, "agentlightning": {"local": {"env_map": {"Q": "input.q"}}}}))
-    {'data.train_batch_size': 8, 'agentlightning.local.env_map': {'Q': 'input.q'}}
-    """
-    for key, value in config.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value and path != "agentlightning.local.env_map":
-            yield from flatten(value, f"{path}.")
-        else:
-            yield path, value
 
 
 def as_dict(config: Any) -> dict[str, Any]:
@@ -82,8 +46,21 @@ def as_dict(config: Any) -> dict[str, Any]:
     return dict(config)
 
 
+def split(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``agentlightning.local`` (AL 1.0's agent) and the rest of the config (``VERL(config)``'s keys)."""
+    rest = copy.deepcopy(dict(config))
+    agl = dict(rest.get("agentlightning") or {})
+    local = dict(agl.pop("local", None) or {})
+    if agl:
+        rest["agentlightning"] = agl
+    else:
+        rest.pop("agentlightning", None)
+    return local, rest
+
+
 def plan(config: Mapping[str, Any], n_train: int) -> Plan:
-    """The plan of a verl config for ``n_train`` training tasks; ValueError for one voltbus cannot run.
+    """The plan of a verl config for ``n_train`` training tasks (``VERL(config)``'s mapping, and AL 1.0's agent);
+    ValueError for one voltbus cannot run.
 
     >>> p = plan({"data": {"train_batch_size": 4}, "actor_rollout_ref": {"rollout": {"n": 2}},
     ...           "trainer": {"total_epochs": 2, "logger": ["wandb"]},
@@ -91,37 +68,19 @@ def plan(config: Mapping[str, Any], n_train: int) -> Plan:
     >>> p.agent, p.learner, p.env_map, p.unused
     ('m.Agent', {'tasks_per_step': 4, 'group_size': 2, 'steps': 4}, {'Q': 'input.q'}, ['trainer.logger'])
     """
-    flat = {k: v for k, v in flatten(config) if v is not None}
-    agent = flat.get("agentlightning.local.agent_class")
-    if not agent:
+    local, rest = split(config)
+    if not (agent := local.get("agent_class")):
         raise ValueError(
             "run_ppo: agentlightning.local.agent_class is not set: voltbus runs that agent for each rollout"
         )
-    if (estimator := flat.get("algorithm.adv_estimator", "grpo")) != "grpo":
-        raise ValueError(f"run_ppo: algorithm.adv_estimator={estimator!r}: voltbus's learner computes GRPO advantages")
-    learner = {name: flat[key] for key, name in LEARNER_KEYS.items() if key in flat}
-    if "clip" not in learner and "actor_rollout_ref.actor.clip_ratio_high" in flat:
-        learner["clip"] = flat["actor_rollout_ref.actor.clip_ratio_high"]
-    if flat.get("actor_rollout_ref.actor.use_kl_loss"):
-        learner["kl_coef"] = flat.get("actor_rollout_ref.actor.kl_loss_coef", 0.001)  # verl's default coefficient
+    flat = {k: v for k, v in verl.flatten(rest) if v is not None}
+    learner = verl.learner_overrides(flat)
     if "steps" not in learner and "trainer.total_epochs" in flat:  # verl's dataloader: whole batches per epoch
         learner["steps"] = max(1, n_train // int(learner.get("tasks_per_step", 16))) * int(flat["trainer.total_epochs"])
-    if "model_dir" in learner:
-        learner["model_dir"] = local_model(str(learner["model_dir"]))
-    used = {*LEARNER_KEYS, *RULE_KEYS}
-    env_map = {str(k): str(v) for k, v in dict(flat.get("agentlightning.local.env_map") or {}).items()}
-    return Plan(agent=str(agent), learner=learner, env_map=env_map, unused=[k for k in flat if k not in used])
-
-
-def local_model(path: str) -> Path:
-    """The model's directory; ValueError when it is not one (voltbus never downloads a model)."""
-    found = Path(path).expanduser()
-    if not found.is_dir():
-        raise ValueError(
-            f"run_ppo: actor_rollout_ref.model.path={path!r} is not a local directory: voltbus loads the model from "
-            "disk and never downloads one (download it first, then give its path)"
-        )
-    return found
+    env_map = {str(k): str(v) for k, v in dict(local.get("env_map") or {}).items()}
+    unused = [f"{LOCAL}.{k}" for k in local if k not in ("agent_class", "env_map")]
+    unused += [k for k in flat if k not in verl.USED_KEYS]
+    return Plan(str(agent), learner, env_map, verl.adapter_overrides(flat), unused)
 
 
 def run_ppo(
@@ -138,13 +97,14 @@ def run_ppo(
     learner's result. ``backend``: ``"verl"`` (one CUDA GPU, as AL) or ``"torch"`` (the CPU learner)."""
     if not train_dataset or not val_dataset:
         raise ValueError("run_ppo: train_dataset and val_dataset must be non-empty sequences of tasks (as in AL 1.0)")
-    p = plan(as_dict(config), len(train_dataset))
-    if p.unused:
-        log.warning("run_ppo: %d config keys have no effect in voltbus: %s", len(p.unused), ", ".join(p.unused))
+    config = as_dict(config)
+    p = plan(config, len(train_dataset))  # refuses what cannot run, before anything starts
+    if extra := [k for k in p.unused if k.startswith(f"{LOCAL}.")]:
+        log.warning("run_ppo: %d config keys have no effect in voltbus: %s", len(extra), ", ".join(extra))
     s = (settings or Settings()).model_copy(deep=True)
     s.runner = s.runner.model_copy(update={"isolate": True, "env_map": {**s.runner.env_map, **p.env_map}})
     RunnerSettings.model_validate(s.runner.model_dump())  # a bad env_map fails here, before anything starts
     if s.gateway.model_name is None:  # AL 1.0 agents ask for model "auto": the gateway names the served policy
         s.gateway = s.gateway.model_copy(update={"model_name": s.learner.served_model_name})
-    algorithm = GRPO(**p.learner, backend=backend)
+    algorithm = verl.VERL(split(config)[1], backend=backend)  # it warns of the other unused keys
     return Trainer(algorithm=algorithm, n_runners=n_runners, settings=s).fit(p.agent, train_dataset, val_dataset)

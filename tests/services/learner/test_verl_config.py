@@ -132,7 +132,7 @@ def test_spider_style_keys_steps_kl_and_trajectory_lengths(tmp_path: Path) -> No
 
 
 def test_what_voltbus_cannot_train_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="model.path='Qwen/Qwen2.5-1.5B-Instruct' is no local directory"):
+    with pytest.raises(ValueError, match="model.path='Qwen/Qwen2.5-1.5B-Instruct' is not a local directory"):
         VERL(CALC_X, backend="torch")
     with pytest.raises(ValueError, match="adv_estimator='gae'.*GRPO advantages only"):
         VERL(config_with(tmp_path, **{"algorithm.adv_estimator": "gae"}), backend="torch")

@@ -74,8 +74,9 @@ def test_a_streamed_reply_is_the_same_tokens_and_text(smollm2_server: str, smoll
     messages = [{"role": "user", "content": "Write one sentence about the sea, with an emoji."}]
     request = {"model": MODEL, "messages": messages, "max_tokens": 32, "seed": 7, "return_token_ids": True}
     text, ids = "", []
-    with httpx.stream("POST", f"{smollm2_server}/v1/chat/completions", json=request | {"stream": True}, timeout=600) as r:
-        for line in r.iter_lines():
+    url = f"{smollm2_server}/v1/chat/completions"
+    with httpx.stream("POST", url, json=request | {"stream": True}, timeout=600) as answer:
+        for line in answer.iter_lines():
             if line.startswith("data: {"):
                 chunk = json.loads(line.removeprefix("data: "))
                 for choice in chunk["choices"]:

@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from voltbus.model import sequence_logprobs
+from voltbus.services.inference.responses import TokenText
 
 from .conftest import MODEL
 
@@ -48,8 +49,9 @@ def test_chat_uses_the_chatml_template_and_returns_what_it_sampled(smollm2_serve
         assert tok.decode(ids, skip_special_tokens=True) == choice["message"]["content"]
         assert (ids[-1] == EOS) == (choice["finish_reason"] == "stop")  # the turn's end is sampled, and recorded
         assert EOS not in ids[:-1]
-        logprobs = [entry["logprob"] for entry in choice["logprobs"]["content"]]
-        assert_agrees(model, body["prompt_token_ids"], ids, logprobs)
+        content = choice["logprobs"]["content"]
+        assert_agrees(model, body["prompt_token_ids"], ids, [entry["logprob"] for entry in content])
+        assert bytes(b for entry in content for b in entry["bytes"]).decode() == tok.decode(ids)
     greedy = post(smollm2_server, "chat/completions", {"messages": QUESTION, "temperature": 0, "max_tokens": 24})
     assert "4" in greedy["choices"][0]["message"]["content"]
 
@@ -97,3 +99,12 @@ def test_the_openai_client_holds_a_multi_turn_chat(smollm2_server: str, smollm2_
     replies = [m["content"] for m in messages if m["role"] == "assistant"]
     assert len(replies) == 2 and all(replies)
     assert client.models.list().data[0].root == str(smollm2_dir)
+
+
+def test_logprob_bytes_of_a_character_split_over_tokens_join_to_it(smollm2: Any) -> None:
+    _, tok = smollm2
+    ids = tok(" 😀", add_special_tokens=False).input_ids
+    text = TokenText(tok)
+    assert len(ids) == 2 and all("\ufffd" in text(i) for i in ids)  # neither token holds the whole character
+    assert bytes(b for i in ids for b in text.bytes(i)) == " 😀".encode()
+    assert text.bytes(EOS) == list(b"<|im_end|>")

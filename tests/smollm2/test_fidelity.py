@@ -1,6 +1,6 @@
-"""Token fidelity with SmolLM2's BPE tokenizer and ChatML template: every trained token is one the engine
-sampled; the template's turn separators are observations (mask 0); a reply whose re-rendering in the next
-prompt tokenizes differently from the sampled ids is a counted prefix mismatch, never trained text."""
+"""Token fidelity with SmolLM2's BPE tokenizer and ChatML template: every trained token is one the engine sampled,
+turn separators are observations (mask 0), a reply re-tokenized differently in the next prompt is a counted prefix
+mismatch, never trained text; the learner agrees with the recorded logprobs and its update is served again."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import torch
 
+from voltbus.model import save_model_dir, sequence_logprobs
 from voltbus.projections.adapter import AdapterSettings, AttemptInput, CallRow, RewardRow, adapt
 from voltbus.schemas import ModelCalled
 from voltbus.services.eventlog import EventLog
@@ -96,7 +98,7 @@ def test_a_retokenized_reply_is_detected_counted_and_never_trained(smollm2: Any)
     assert out.trajectories[1].prompt_ids == p2  # the re-tokenized reply is context of the next row only
 
 
-def learner_agrees(smollm2: Any, folder: Path, rows: list[Row], rollouts: list[str]) -> None:
+def learner_agrees(smollm2: Any, folder: Path, rows: list[Row], rollouts: list[str]) -> TorchActor:
     """The learner's logprobs of the stitched rows equal the recorded ones on every trained token (so its
     first PPO step sees ratio 1), and a step on two of them runs on SmolLM2 (a step on all is slow on 2 busy cores)."""
     model, tok = smollm2
@@ -111,6 +113,29 @@ def learner_agrees(smollm2: Any, folder: Path, rows: list[Row], rollouts: list[s
     two = [rows[0], next(r for r in rows if r.rollout_id != rows[0].rollout_id)]
     stats = actor.update(two, advantages)
     assert stats["clip_fraction"] == 0.0 and abs(stats["approx_kl_old"]) <= 1e-6 and stats["grad_norm"] > 0
+    return actor
+
+
+async def served_after_swap(server: str, actor: TorchActor, out: Path, original: Path) -> None:
+    """The updated weights (tied embeddings: no ``lm_head`` tensor) load into the server, which then answers with
+    the learner's logprobs; the original weights are put back for the other tests."""
+    model, tok = actor.policy.model, actor.policy.tok
+    save_model_dir(model, tok, out)
+    prompt = chat_ids(tok, [SYSTEM, {"role": "user", "content": QUESTIONS[0]}])
+    async with httpx.AsyncClient(base_url=server, timeout=600) as http:
+        try:
+            swapped = await http.post("/update_weights", json={"path": str(out), "version": "smollm2:2"})
+            assert swapped.status_code == 200, swapped.text
+            body = {"model": MODEL, "prompt": prompt, "max_tokens": 8, "logprobs": 0, "return_token_ids": True}
+            answer = (await http.post("/v1/completions", json=body)).json()
+            assert answer["weight_version"] == "smollm2:2"
+            choice = answer["choices"][0]
+            expected = sequence_logprobs(model, prompt, choice["token_ids"])
+            got = choice["logprobs"]["token_logprobs"]
+            assert max(abs(a - b) for a, b in zip(got, expected, strict=True)) <= 1e-4
+        finally:
+            back = await http.post("/update_weights", json={"path": str(original), "version": "smollm2:1"})
+            assert back.status_code == 200, back.text
 
 
 async def converse(client: openai.AsyncOpenAI, seed: int) -> list[str]:
@@ -152,6 +177,7 @@ async def test_multi_turn_chats_through_the_gateway_train_only_sampled_tokens(
     smollm2_server: str,
     smollm2: Any,
     smollm2_dir: Path,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     _, tok = smollm2
@@ -188,7 +214,8 @@ async def test_multi_turn_chats_through_the_gateway_train_only_sampled_tokens(
     continuations = 2 * len(rollouts)
     assert explained == mismatches  # every split is a reply whose re-tokenized text differs from its sampled ids
     assert mismatches < continuations  # stitching across ChatML turns works
-    learner_agrees(smollm2, smollm2_dir, rows, [r.rollout_id for r in rollouts])
+    actor = learner_agrees(smollm2, smollm2_dir, rows, [r.rollout_id for r in rollouts])
+    await served_after_swap(smollm2_server, actor, tmp_path / "step-1", smollm2_dir)
     with capsys.disabled():
         print(
             f"\nSmolLM2 multi-turn prefix mismatches: {mismatches} of {continuations} continuations "

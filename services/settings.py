@@ -249,7 +249,8 @@ class CredentialsFile(PydanticBaseSettingsSource):
         if path is None:
             return {}
         if not Path(path).is_file() or not os.access(path, os.R_OK):
-            raise CredentialsNotFound(f"no readable credentials file at {path} (VOLTBUS_CREDENTIALS_FILE)")
+            hint = f"; `voltbus nats auth init --out {Path(path).parent} --keep-existing` adds a role's missing file"
+            raise CredentialsNotFound(f"no readable credentials file at {path} (VOLTBUS_CREDENTIALS_FILE){hint}")
         return DotEnvSettingsSource(self.settings_cls, env_file=Path(path), dotenv_filtering="only_existing")()
 
 

@@ -235,7 +235,8 @@ def test_the_bus_includes_the_generated_users_and_each_service_gets_its_role(doc
         mounts = [v for v in svc["volumes"] if str(v).startswith("auth")]
         assert mounts == [f"auth-{role}:{CRED_MOUNT}:ro"], name  # its own role's file, no other role's
         assert svc["depends_on"][INIT] == {"condition": "service_completed_successfully"}, name
-    assert set(ROLE_OF.values()) == set(ROLES) - {"admin"}  # every role has its service; admin is the operator's
+    # every role has its service; admin is the operator's, storeserver the store server's, which compose does not start
+    assert set(ROLE_OF.values()) == set(ROLES) - {"admin", "storeserver"}
     assert "env_file" not in services(doc)["vllm"] and INIT not in services(doc)["vllm"].get("depends_on", {})
 
 

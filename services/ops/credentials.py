@@ -1,6 +1,7 @@
 """Every credential of a deployment in one auth directory: the bus users (``natsauth``), the gateway's
 per-rollout key secret and admin key, the projector's SQL token, the dashboard's token, each written into the env files
-of the roles that use it. ``ensure_credentials`` creates what is missing and never changes what exists.
+of the roles that use it. ``ensure_credentials`` creates what is missing and never changes what exists (a role
+added since the directory was made gets its user: ``auth.conf`` is written again with the same passwords).
 """
 
 from __future__ import annotations
@@ -38,17 +39,25 @@ role may read the (read-only) projection."""
 _NAMESPACE = re.compile(r"for namespace '([^']*)'")
 
 
-def _check_existing(out: Path, topo: Topology) -> None:
-    """Refuse a directory made for another namespace, or one that lacks a role's file."""
+def _check_existing(out: Path, topo: Topology) -> list[str]:
+    """Refuse a directory made for another namespace; the roles it has no env file for (added since it was made)."""
     found = _NAMESPACE.search((out / "auth.conf").read_text().split("\n", 1)[0])
     if found and found.group(1) != topo.namespace:
         raise AuthError(
             f"{out / 'auth.conf'} holds the users of namespace {found.group(1)!r}, not {topo.namespace!r}: "
             "use another directory, or `voltbus nats auth init --force` to replace every credential"
         )
-    missing = [f"{role}.env" for role in ROLES if not (out / f"{role}.env").is_file()]
-    if missing:
-        raise AuthError(f"{out} has auth.conf but no {', '.join(missing)}: replace them all with --force")
+    return [role for role in ROLES if not (out / f"{role}.env").is_file()]
+
+
+def _add_roles(out: Path, topo: Topology, missing: list[str], rounds: int) -> None:
+    """Give each ``missing`` role a user and an env file; ``auth.conf`` is written again from every other role's
+    password, which stays as it is."""
+    kept = {r: read_env_file(out / f"{r}.env").get("VOLTBUS_NATS__PASSWORD", "") for r in ROLES if r not in missing}
+    if not all(kept.values()):
+        lost = [f"{r}.env" for r, pw in kept.items() if not pw]
+        raise AuthError(f"{out}: no VOLTBUS_NATS__PASSWORD in {', '.join(lost)}: replace them all with --force")
+    init_auth(out, topo, rounds, keep=kept)
 
 
 def ensure_credentials(out: Path, topo: Topology, rounds: int = 11) -> list[str]:
@@ -58,8 +67,9 @@ def ensure_credentials(out: Path, topo: Topology, rounds: int = 11) -> list[str]
     if not (out / "auth.conf").is_file():
         init_auth(out, topo, rounds)
         made.append(f"a bus user per role for namespace {topo.namespace!r}")
-    else:
-        _check_existing(out, topo)
+    elif missing := _check_existing(out, topo):
+        _add_roles(out, topo, missing, rounds)
+        made.append(f"a bus user for {', '.join(missing)} (every other password kept)")
     files = {role: read_env_file(out / f"{role}.env") for role in ROLES}
     values = {s: v for var, (s, roles) in reversed(PLACES.items()) for r in reversed(roles) if (v := files[r].get(var))}
     values = {s: values.get(s) or secrets.token_urlsafe(32) for s in SECRETS}  # an existing value wins

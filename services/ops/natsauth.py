@@ -29,6 +29,8 @@ ROLES: dict[str, str] = {
     "inference": "reads resources versions and fetches weights (reads only)",
     "projector": "reads the control and spans streams (reads only)",
     "dashboard": "reads the control and spans streams (reads only)",
+    "storeserver": "Agent Lightning's store API (`voltbus store-server`): a runner's claims, spans and worker status,"
+    " and the learner's enqueue, ends by authority and resources (no runs, weights or gateway events)",
 }
 """Every role and, in a few words, what it may do."""
 
@@ -117,6 +119,8 @@ def permissions(role: str, topo: Topology) -> Permissions | None:
         "inference": base + _reads(weights_stream(topo)),
         "projector": base + _reads(spans),
         "dashboard": base + _reads(spans),
+        "storeserver": base + _reads(spans) + _reads(seq) + _pulls(ctrl, topo.dispatch_consumer) + rollouts
+        + authority + [f"{ns}.sp.*", f"{ns}.seq.*", f"{ns}.wk.*", f"{ns}.res.*"],
     }[role]  # fmt: skip
     durables = [f"{API}.CONSUMER.DELETE.{ctrl}.{topo.dispatch_consumer}"]
     return Permissions(publish=publish, subscribe=[f"{inbox_prefix(role)}.>"], deny_publish=durables)
@@ -171,13 +175,16 @@ def read_env_file(path: Path) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in pairs}
 
 
-def init_auth(out: Path, topo: Topology, rounds: int = 11) -> dict[str, str]:
-    """Write ``out/auth.conf`` and one ``out/<role>.env`` per role with a fresh password; return them."""
+def init_auth(out: Path, topo: Topology, rounds: int = 11, keep: dict[str, str] | None = None) -> dict[str, str]:
+    """Write ``out/auth.conf`` and one ``out/<role>.env`` per role with a fresh password; return them.
+    ``keep``: the passwords of roles whose env files stay as they are (only the others are written)."""
     out.mkdir(parents=True, exist_ok=True)
-    passwords = {role: secrets.token_urlsafe(24) for role in ROLES}
+    keep = keep or {}
+    passwords = {role: keep.get(role) or secrets.token_urlsafe(24) for role in ROLES}
     hashes = {role: hash_password(pw, rounds) for role, pw in passwords.items()}
     for role, pw in passwords.items():
-        write_private(out / f"{role}.env", f"VOLTBUS_NATS__USER={role}\nVOLTBUS_NATS__PASSWORD={pw}\n")
+        if role not in keep:
+            write_private(out / f"{role}.env", f"VOLTBUS_NATS__USER={role}\nVOLTBUS_NATS__PASSWORD={pw}\n")
     write_private(out / "auth.conf", render_auth(hashes, topo))
     return passwords
 
@@ -196,4 +203,7 @@ def read_credentials(auth_dir: Path, role: str) -> dict[str, str]:
     try:
         return read_env_file(path)
     except OSError as exc:
-        raise AuthError(f"no credentials for role {role!r} at {path}: {exc.strerror or exc}") from None
+        raise AuthError(
+            f"no credentials for role {role!r} at {path}: {exc.strerror or exc}; "
+            f"`voltbus nats auth init --out {auth_dir} --keep-existing` adds a missing role's file"
+        ) from None

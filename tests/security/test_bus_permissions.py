@@ -16,6 +16,7 @@ import nats
 import pytest
 
 from voltbus.schemas.errors import BusAuthRefused, PermissionDenied, PublishFailed
+from voltbus.schemas.gateway import GatewayPaused
 from voltbus.schemas.resources import ResourcesPublished
 from voltbus.schemas.rollouts import AttemptSucceeded, AttemptTimedOut, RolloutCancelled, RolloutQueued
 from voltbus.schemas.spans import RewardReported
@@ -101,6 +102,8 @@ FORBIDDEN = [
     ("gateway", AttemptSucceeded, "gateway ends an attempt"),
     ("gateway", ResourcesPublished, "gateway publishes a resources version"),
     ("coordinator", ResourcesPublished, "coordinator publishes a resources version"),
+    ("storeserver", RunStarted, "store server writes a training-run event"),
+    ("storeserver", GatewayPaused, "store server pauses a gateway"),
 ]
 
 
@@ -116,6 +119,7 @@ def forbidden_event(kind: type, n: int) -> object:
         AttemptSucceeded: lambda: AttemptSucceeded(event_id=rid, rollout_id=rid, attempt_id="a", at=now),
         AttemptTimedOut: lambda: AttemptTimedOut(event_id=rid, rollout_id=rid, attempt_id="a", at=now),
         RolloutCancelled: lambda: RolloutCancelled(event_id=rid, rollout_id=rid, at=now),
+        GatewayPaused: lambda: GatewayPaused(event_id=rid, gateway_id=rid, retry_after_s=1, inflight=0, at=now),
     }[kind]()
 
 
@@ -159,6 +163,12 @@ STREAM_OPERATIONS = [
     ("projector", "$JS.API.CONSUMER.DELETE.SEC_CTRL.sec-dispatch", "projector deletes the dispatch consumer"),
     ("projector", "$JS.API.CONSUMER.MSG.NEXT.SEC_CTRL.sec-dispatch", "projector takes a dispatch message"),
     ("runner", "$O.sec-weights.C.x", "runner writes a weights chunk"),
+    ("storeserver", "$JS.API.STREAM.DELETE.SEC_CTRL", "store server deletes the control stream"),
+    ("storeserver", "$JS.API.STREAM.PURGE.SEC_SPANS", "store server purges the spans stream"),
+    ("storeserver", "$JS.API.STREAM.UPDATE.SEC_CTRL", "store server changes the control stream"),
+    ("storeserver", "$JS.API.CONSUMER.DELETE.SEC_CTRL.sec-dispatch", "store server deletes the dispatch consumer"),
+    ("storeserver", "$O.sec-weights.C.x", "store server writes a weights chunk"),
+    ("storeserver", "$JS.API.STREAM.CREATE.OBJ_sec-weights", "store server creates the weights store"),
 ]
 
 

@@ -220,6 +220,9 @@ function drawPicker(rows) {
 async function tick() {
   try {
     const o = await get("/api/overview");
+    // The projector answered: say so at once, not after the run's and the rollout's reads below.
+    if (o.empty) banner("empty", "No data yet: the projector answers, but no rollout, runner or training run has been recorded.");
+    else banner("ok", "");
     if (changed("rollouts", o.rollouts)) drawStatuses("#rollout-statuses", o.rollouts);
     if (changed("attempts", o.attempts)) drawStatuses("#attempt-statuses", o.attempts);
     $("#queue-size").textContent = o.rollouts.filter((r) => ["queuing", "requeuing"].includes(r.status)).reduce((n, r) => n + r.n, 0);
@@ -234,8 +237,6 @@ async function tick() {
     if (changed("picker", picker.rollouts)) drawPicker(picker.rollouts);
     if (state.run) { const run = await get(`/api/run?run_id=${encodeURIComponent(state.run)}`); if (changed("run", run)) drawRun(run); }
     if (state.rollout) { const ro = await get(`/api/rollout?rollout_id=${encodeURIComponent(state.rollout)}`); if (changed("rollout", ro)) drawRollout(ro); }
-    if (o.empty) banner("empty", "No data yet: the projector answers, but no rollout, runner or training run has been recorded.");
-    else banner("ok", "");
     $("#updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (err) {
     if (err.state === "down") banner("down", `${err.message}. Start it with \`voltbus projector\` (or pass --projector-url).`);

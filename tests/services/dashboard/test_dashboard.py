@@ -127,6 +127,7 @@ def test_the_page_draws_the_live_system(live: dict[str, object], browser: WebDri
     browser.get(live["url"])
     wait = waiting(browser)
     wait.until(lambda b: drawn(b, TABLE.format("#rollout-statuses")) == workload.ROLLOUTS)
+    wait.until(lambda b: drawn(b, "return document.querySelector('#banner').dataset.state") != "loading")
     # The page redraws on every poll, so each read takes the DOM at one instant, in one script.
     shown = drawn(browser, SNAPSHOT.format(worker=workload.WORKER))
     assert shown["attempts"] == workload.ATTEMPTS

@@ -235,18 +235,22 @@ def warnings_for(bus: BusSettings, monitor_port: int | None) -> list[str]:
 def serve_forever(settings: Settings, say: Callable[[str], None], warn: Callable[[str], None]) -> int:
     """Run the bus in the foreground until Ctrl-C or SIGTERM; return 0 on a requested stop."""
     server = NatsServer(settings.bus, settings.nats.max_payload, echo=True)
-    server.start()
-    for line in warnings_for(settings.bus, server.monitor_port):
-        warn(line)
-    monitor = f", monitoring http://{MONITOR_HOST}:{server.monitor_port}" if server.monitor_port else ""
-    say(f"NATS JetStream ready at {server.url} (store {settings.bus.data_dir}{monitor})")
     stopping = threading.Event()
 
     def request_stop(*_: object) -> None:
         stopping.set()
         server.terminate()
 
+    # Before the start: a SIGTERM right after "ready" (or during the start) must stop the server too, not leave it
+    # running after this process died of the signal's default action.
     signal.signal(signal.SIGTERM, request_stop)
+    server.start()
+    if stopping.is_set():
+        server.terminate()
+    for line in warnings_for(settings.bus, server.monitor_port):
+        warn(line)
+    monitor = f", monitoring http://{MONITOR_HOST}:{server.monitor_port}" if server.monitor_port else ""
+    say(f"NATS JetStream ready at {server.url} (store {settings.bus.data_dir}{monitor})")
     try:
         code = server.wait()
     except KeyboardInterrupt:

@@ -74,6 +74,8 @@ async def test_nats_without_auth_serves_loopback_only_and_warns(tmp_path: Path) 
     assert "no authentication" in warnings[0] and "voltbus nats auth init" in warnings[0] and "--auth" in warnings[0]
     assert "http monitor" not in stderr and "monitoring" not in ready
     assert "http:" not in (tmp_path / "d" / "nats-server.conf").read_text()
+    port = int(ready.split("ready at nats://127.0.0.1:")[1].split()[0])
+    assert not reachable("127.0.0.1", port)  # a SIGTERM right after "ready" stopped the server too (it once leaked)
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::"])

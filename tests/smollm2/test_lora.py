@@ -44,16 +44,20 @@ async def test_a_lora_step_on_smollm2_is_served_merged(smollm2_dir: Path, smollm
         assert all(torch.equal(p, base[n]) for n, p in policy.model.named_parameters() if n in base)
         file, sha = await asyncio.to_thread(policy.save, "run", 0)
         assert file.stat().st_size < (smollm2_dir / "model.safetensors").stat().st_size / 20
+        greedy = {**body, "max_tokens": 8, "temperature": 0}
         try:
             swap = {"path": str(file), "version": "smollm2:lora", "sha256": sha}
             swapped = await http.post("/update_weights", json=swap)
             assert swapped.status_code == 200, swapped.text
-            answer = (await http.post("/v1/completions", json={**body, "max_tokens": 8, "temperature": 0})).json()
+            answer = (await http.post("/v1/completions", json=greedy)).json()
             assert answer["weight_version"] == "smollm2:lora"
             choice = answer["choices"][0]
             with torch.no_grad():
                 expected = sequence_logprobs(policy.model, prompt, choice["token_ids"])
             assert gap(choice["logprobs"]["token_logprobs"], expected) <= 1e-4
+            with torch.no_grad(), policy.model.disable_adapter():  # the base model: what the server served before
+                unchanged = sequence_logprobs(policy.model, prompt, choice["token_ids"])
+            assert gap(choice["logprobs"]["token_logprobs"], unchanged) > 1e-3  # the adapter changed what is served
         finally:
             back = await http.post("/update_weights", json={"path": str(smollm2_dir), "version": "smollm2:1"})
             assert back.status_code == 200, back.text

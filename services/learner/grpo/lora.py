@@ -43,6 +43,18 @@ def wrap(model: PreTrainedModel, settings: LearnerSettings) -> Any:
         return get_peft_model(model, config)
 
 
+class BaseView:
+    """The wrapped model with its adapters switched off: the frozen starting policy (the KL reference) without a
+    second copy of the model."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __call__(self, **inputs: Any) -> Any:
+        with self.model.disable_adapter():
+            return self.model(**inputs)
+
+
 def save(model: Any, folder: Path, base_sha256: str) -> Path:
     """Write the adapter's tensors and config into ``folder``; returns the tensors' file."""
     from peft import get_peft_model_state_dict

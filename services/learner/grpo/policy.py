@@ -60,11 +60,13 @@ class Policy:
         self, model: PreTrainedModel, tok: PreTrainedTokenizerBase, settings: LearnerSettings, base_sha256: str = ""
     ) -> None:
         self.tok, self.settings, self.base_sha256 = tok, settings, base_sha256
-        self.reference: PreTrainedModel | None = None
-        if settings.kl_coef > 0:
+        self.reference: PreTrainedModel | lora.BaseView | None = None
+        if settings.kl_coef > 0 and not settings.lora_rank:
             self.reference = copy.deepcopy(model).eval()
             self.reference.requires_grad_(False)
         self.model = lora.wrap(model, settings) if settings.lora_rank else model
+        if settings.kl_coef > 0 and settings.lora_rank:
+            self.reference = lora.BaseView(self.model)  # the base, adapters off: no copy
         trained = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(trained, lr=settings.lr, weight_decay=0.0)
 

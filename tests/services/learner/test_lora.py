@@ -13,7 +13,7 @@ from safetensors import safe_open
 from voltbus.model import build_tokenizer, sequence_logprobs, weights_sha256
 from voltbus.services.learner.backend import check_backend
 from voltbus.services.learner.grpo.actor import TorchActor
-from voltbus.services.learner.grpo.lora import ADAPTER, FORMAT, ref_fields
+from voltbus.services.learner.grpo.lora import ADAPTER, FORMAT, BaseView, ref_fields
 from voltbus.services.learner.grpo.objective import Row
 from voltbus.services.learner.grpo.policy import OPTIMIZER, WEIGHTS, Policy, version_file
 from voltbus.services.learner.session import LearnerError
@@ -79,6 +79,17 @@ def test_an_adapter_for_another_base_is_not_resumed(policy_dir: Path, tmp_path: 
     policy.save("run", 1)
     with pytest.raises(ValueError, match="trained on base weights 0000"):
         Policy.load(settings(policy_dir, tmp_path), checkpoint=folder.parent / "step-1")
+
+
+def test_the_kl_reference_of_a_lora_policy_is_its_base_without_a_copy(policy_dir: Path, tmp_path: Path) -> None:
+    s = settings(policy_dir, tmp_path).model_copy(update={"kl_coef": 0.1})
+    policy = Policy.load(s)
+    assert isinstance(policy.reference, BaseView) and policy.reference.model is policy.model
+    actor, batch = TorchActor(policy), rows(policy.model)
+    first = actor.update(batch, {"a": 1.0, "b": -1.0})
+    assert abs(first["kl_ref"]) < 1e-7  # B starts at 0: the policy is its base
+    assert actor.update(batch, {"a": 1.0, "b": -1.0})["kl_ref"] > 1e-6  # the adapter moved away from the base
+    assert any("lora_" in n for n, _ in policy.model.named_parameters())  # disable_adapter() left them in place
 
 
 def test_lora_off_trains_and_saves_full_weights(policy_dir: Path, tmp_path: Path) -> None:

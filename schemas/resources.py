@@ -31,7 +31,9 @@ class WeightsRef(msgspec.Struct, frozen=True, kw_only=True):
     sha256: Sha256
     """Digest of the weights file (or of the manifest for a sharded checkpoint)."""
     format: str = "safetensors"
-    """Storage format."""
+    """Storage format: ``safetensors`` (full weights) or ``peft-lora`` (a LoRA adapter's tensors, in peft's names)."""
+    base_sha256: Sha256 | None = None
+    """For an adapter: the digest of the base weights it was trained on (servers merge it into that base)."""
 
 
 class LLM(msgspec.Struct, frozen=True, kw_only=True, tag="llm", tag_field="resource_type"):

@@ -446,6 +446,15 @@ class LearnerSettings(BaseModel):
     micro_batch_size: int = Field(default=8, ge=1)
     """verl backend: rows per forward/backward pass on the GPU, counted in tokens (a micro-batch holds up
     to this many times the batch's longest row); gradients accumulate over the whole batch."""
+    lora_rank: int = Field(default=0, ge=0)
+    """Train LoRA adapters of this rank (peft) on a frozen base instead of every weight; 0: full weights. A
+    version then holds only the adapter (published as one small ``adapter_model.safetensors``), and inference
+    servers following the bus merge it into their copy of the base (docs/learning.md "LoRA"). CPU torch backend."""
+    lora_alpha: float = Field(default=16.0, gt=0)
+    """LoRA scaling numerator: the adapter's update is scaled by ``lora_alpha / lora_rank``."""
+    lora_target_modules: str = "all-linear"
+    """Modules that get adapters: ``all-linear`` (every linear layer but the output head) or comma-separated
+    module names (``q_proj,v_proj``)."""
 
     @field_validator("inference_urls", "vllm_urls", mode="before")
     @classmethod

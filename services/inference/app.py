@@ -62,7 +62,7 @@ def load(settings: Settings) -> Served:
     limit = model.config.max_position_embeddings
     cfg = cfg.model_copy(update={"max_model_len": min(cfg.max_model_len or limit, limit)})
     digest = file_sha256(weights_file(cfg.model_dir))
-    weights = Weights(version=cfg.weight_version or local_version(digest), sha256=digest)
+    weights = Weights(version=cfg.weight_version or local_version(digest), sha256=digest, base_sha256=digest)
     engine = Engine(model, tok, cfg.seed)
     name = cfg.served_model_name or cfg.model_dir.resolve().name
     batcher = Batcher(engine, weights, cfg)

@@ -132,6 +132,7 @@ async def stats(request: Request) -> Response:
         "paused": not served.batcher.running.is_set(),
         "weight_version": weights.version,
         "weights_sha256": weights.sha256,
+        "base_sha256": weights.base_sha256,
         "swaps": weights.swaps,
         "last_swap_error": weights.last_error,
     }

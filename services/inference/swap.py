@@ -2,7 +2,8 @@
 
 A swap reads (and, given a digest, verifies) the new safetensors file outside the lock, then loads
 it into the model with ``load_state_dict`` under the lock: a batch in progress finishes on the old
-weights, the next one starts on the new, and no sequence ever mixes two versions.
+weights, the next one starts on the new, and no sequence ever mixes two versions. A LoRA adapter's file
+(``adapter.py``) is merged into the base it was trained on instead.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 from transformers import PreTrainedModel
+
+from .adapter import Adapter, AdapterError, from_state, merge, metadata
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,10 @@ class Weights:
 
     version: str
     sha256: str | None = None
+    base_sha256: str | None = None
+    """Digest of the full weights under the served ones (an adapter merges only into these)."""
+    base: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Base values of the layers an adapter changed (empty while full weights are served)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     swaps: int = 0
     last_error: str | None = None
@@ -69,6 +76,32 @@ def read_weights(path: str | Path, sha256: str | None = None) -> tuple[dict[str,
     return load_file(file), digest
 
 
+def read_version(path: str | Path, sha256: str | None = None) -> tuple[dict[str, torch.Tensor] | Adapter, str]:
+    """``read_weights``, or for a LoRA adapter's file its merged updates (``adapter.from_state``)."""
+    state, digest = read_weights(path, sha256)
+    meta = metadata(weights_file(path))
+    if "peft_config" not in meta:
+        return state, digest
+    try:
+        return from_state(state, meta), digest
+    except (AdapterError, KeyError, ValueError) as exc:
+        raise WeightsError(f"adapter {path}: {exc}") from None
+
+
+def apply_version(model: PreTrainedModel, weights: Weights, found: dict[str, torch.Tensor] | Adapter) -> None:
+    """Serve full weights (``apply_state``; they become the base) or an adapter merged into the base."""
+    if not isinstance(found, Adapter):
+        apply_state(model, found)
+        weights.base.clear()
+        return
+    if found.base_sha256 != weights.base_sha256:
+        raise WeightsError(f"adapter for base weights {found.base_sha256[:12]}, served base is {weights.base_sha256}")
+    try:
+        merge(model, weights.base, found)
+    except AdapterError as exc:
+        raise WeightsError(str(exc)) from None
+
+
 def check_state(model: PreTrainedModel, state: dict[str, torch.Tensor]) -> None:
     """Refuse unknown or missing tensors (a tied copy may be missing) and shape changes, before loading."""
     current = model.state_dict()
@@ -96,10 +129,12 @@ async def swap(
     """Serve the weights at ``path`` under the label ``version`` (default ``local:<sha256[:12]>``) from the
     next batch on."""
     try:
-        state, digest = await asyncio.to_thread(read_weights, path, sha256)
+        found, digest = await asyncio.to_thread(read_version, path, sha256)
         async with weights.lock:
             if digest != weights.sha256:
-                await asyncio.to_thread(apply_state, model, state)
+                await asyncio.to_thread(apply_version, model, weights, found)
+                if not isinstance(found, Adapter):
+                    weights.base_sha256 = digest
             weights.version, weights.sha256 = version or local_version(digest), digest
             weights.swaps += 1
             weights.last_error = None

@@ -14,12 +14,15 @@ from .session import LearnerError
 if TYPE_CHECKING:
     from .grpo.actor import Actor
 
+DOC = 'docs/learning.md "LoRA"'
 GPU_HINT = "pip install 'voltbus[gpu]' (verl 0.9.1, vLLM 0.24.0, torch 2.11.0) on a machine with an NVIDIA GPU"
 
 
 def check_backend(settings: LearnerSettings) -> None:
     """Fail now, saying what to install, when ``settings.backend`` cannot run here: ``verl`` needs
-    verl and a device verl's platform can train on (a CUDA GPU)."""
+    verl and a device verl's platform can train on (a CUDA GPU); ``lora_rank`` needs peft and the torch backend."""
+    if settings.lora_rank:
+        check_lora(settings)
     if settings.backend == "torch":
         return
     if importlib.util.find_spec("verl") is None:
@@ -28,6 +31,19 @@ def check_backend(settings: LearnerSettings) -> None:
 
     if not get_platform().is_available():
         raise LearnerError(f"learner.backend 'verl' trains on a CUDA GPU and this machine has none: {GPU_HINT}")
+
+
+def check_lora(settings: LearnerSettings) -> None:
+    """Refuse LoRA where it is not built yet (verl, vLLM pushes: docs/learning.md "LoRA") or peft is missing."""
+    if settings.backend == "verl":
+        raise LearnerError(f"learner.lora_rank is not built for backend 'verl' yet ({DOC}): set lora_rank 0")
+    if settings.vllm_urls:
+        raise LearnerError(
+            f"learner.lora_rank with learner.vllm_urls is not built yet: vLLM would load adapters through its LoRA "
+            f"API ({DOC}); serve the policy with voltbus inference"
+        )
+    if importlib.util.find_spec("peft") is None:
+        raise LearnerError("learner.lora_rank needs peft, which is not installed: pip install 'voltbus[learn]'")
 
 
 def load_actor(settings: LearnerSettings, checkpoint: Path | None = None) -> Actor:

@@ -35,8 +35,9 @@ from ..session import History, LearnerError, Session
 from ..vllm import push as vllm_push
 from .actor import Actor
 from .batch import prepare, version_number
+from .lora import ref_fields
 from .objective import group_advantages
-from .policy import WEIGHTS, initial_weights
+from .policy import WEIGHTS, initial_weights, version_file
 from .rows import batch_rows
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,8 @@ class GRPO:
         size = await asyncio.to_thread(os.path.getsize, weights)
         if size <= s.weights_in_bus_mb * 1024 * 1024:  # in the bus: servable from any machine
             uri = await session.store.log.put_weights(f"{session.run_id}/{sha256[:16]}.safetensors", weights)
-        llm = ProxyLLM(endpoint=s.gateway_url, model=s.served_model_name, weights=WeightsRef(uri=uri, sha256=sha256))
+        ref = WeightsRef(uri=uri, sha256=sha256, **await asyncio.to_thread(ref_fields, weights))  # LoRA: an adapter
+        llm = ProxyLLM(endpoint=s.gateway_url, model=s.served_model_name, weights=ref)
         update_ = await session.store.update_resources(session.run_id, {**self.extra, "main_llm": llm})
         return f"{session.run_id}:{update_.version}"
 
@@ -179,7 +181,7 @@ class GRPO:
         saved weights (the version already published if it names them) and record the step, instead of
         training it again from older weights (its rows would then be stale against a newer version)."""
         step = history.next_step
-        weights = await checkpoints.local_copy(session, self.settings, history.checkpoints[step]) / WEIGHTS
+        weights = version_file(await checkpoints.local_copy(session, self.settings, history.checkpoints[step]))
         resources_id = await self.publish(session, weights, await asyncio.to_thread(weights_sha256, weights))
         await self.served(resources_id)
         await session.complete_step(step, {"recovered_from_checkpoint": 1.0}, resources_id)

@@ -14,6 +14,7 @@ from urllib.parse import parse_qs
 
 from starlette.datastructures import Headers
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -136,3 +137,24 @@ def _same(given: str, token: str) -> bool:
 def _error(status: int, code: str, message: str, bearer: bool = False) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if bearer else None
     return JSONResponse({"error": message, "code": code}, status_code=status, headers=headers)
+
+
+class BodyTooLarge(Exception):
+    """A request body over its limit; each service answers it in its own error format (413)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body over {limit} bytes")
+
+
+async def bounded_body(request: Request, limit: int) -> bytes:
+    """The raw request body; BodyTooLarge past ``limit`` bytes, declared or streamed (read no further)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)

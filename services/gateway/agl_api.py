@@ -24,6 +24,7 @@ from voltbus.schemas.errors import ConcurrencyConflict, InvalidCommand, Permissi
 from voltbus.schemas.spans import items_of
 from voltbus.services.clients.store import Store
 from voltbus.services.eventlog import Envelope
+from voltbus.services.httpguard import BodyTooLarge, bounded_body
 
 from .agl_shapes import CREATE, al_event, al_rollout, dedupe, enqueue_args, triplet
 from .attribution import claimed_rollout
@@ -50,16 +51,10 @@ def json_response(content: Any, status_code: int = 200) -> Response:
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The raw body; 413 past ``limit`` bytes (read no further)."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise GatewayError(413, "body_too_large", f"request body over {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise GatewayError(413, "body_too_large", f"request body over {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        return await bounded_body(request, limit)
+    except BodyTooLarge as exc:
+        raise GatewayError(413, "body_too_large", str(exc)) from None
 
 
 def decode(decoder: msgspec.json.Decoder[Any], raw: bytes, what: str) -> Any:

@@ -12,6 +12,7 @@ from starlette.requests import Request
 
 from voltbus.schemas.errors import VoltbusError
 from voltbus.services.clients.store import Store
+from voltbus.services.httpguard import BodyTooLarge, bounded_body
 from voltbus.services.settings import GatewaySettings
 
 from .attribution import Attribution
@@ -71,16 +72,10 @@ def gateway_of(request: Request) -> Gateway:
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:
     """The body as a JSON object; 413 past ``limit`` bytes (read no further), 400 if not a JSON object."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise GatewayError(413, "body_too_large", f"request body over {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise GatewayError(413, "body_too_large", f"request body over {limit} bytes")
-        chunks.append(chunk)
-    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    try:
+        raw = await bounded_body(request, limit)
+    except BodyTooLarge as exc:
+        raise GatewayError(413, "body_too_large", str(exc)) from None
     try:
         body = msgspec.json.decode(raw) if raw.strip() else {}
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec checks a string's UTF-8 as it decodes it

@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 import msgspec
 from starlette.requests import Request
 
+from voltbus.services.httpguard import BodyTooLarge, bounded_body
+
 from .errors import HttpError
 from .wire import LIST_PARAMS
 
@@ -16,16 +18,10 @@ T = TypeVar("T")
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The raw body (gunzipped when ``Content-Encoding: gzip``); 413 past ``limit`` bytes either way."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise HttpError(413, "too_large", f"request body over {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HttpError(413, "too_large", f"request body over {limit} bytes")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+    try:
+        raw = await bounded_body(request, limit)
+    except BodyTooLarge as exc:
+        raise HttpError(413, "too_large", str(exc)) from None
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding == "gzip":
         return gunzip(raw, limit)

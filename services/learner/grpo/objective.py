@@ -17,6 +17,7 @@ one reward per rollout. Steps:
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -109,9 +110,27 @@ def collate(rows: Sequence[Row], advantages: Mapping[str, float], pad_id: int) -
 
 
 def policy_logprobs(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
-    """``log p(token t+1 | tokens ≤ t)`` at every position (raw, temperature 1, float32)."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, batch.input_ids[:, 1:, None])[..., 0]
+    """``log p(token t+1 | tokens ≤ t)`` at every position that predicts a sampled token of some row (raw,
+    temperature 1, float32); 0 at the others, which no loss term reads.
+
+    Only those positions go through the output layer: with a 49,152-token vocabulary it is most of a small
+    model's cost, and the prompt (a chat template's system turn) is most of a row."""
+    keep = batch.targets.any(0).nonzero()[:, 0]
+    out = torch.zeros(batch.targets.shape)
+    if not len(keep):
+        return out
+    logits = _logits_at(model, batch, keep).float()
+    picked = logits.gather(-1, batch.input_ids[:, keep + 1, None])[..., 0] - torch.logsumexp(logits, dim=-1)
+    return out.index_put((torch.arange(len(out))[:, None], keep[None, :]), picked)
+
+
+def _logits_at(model: PreTrainedModel, batch: Batch, keep: torch.Tensor) -> torch.Tensor:
+    """The logits at positions ``keep`` of every row, computed only there when the model can
+    (``logits_to_keep``: transformers' causal LMs, peft-wrapped or not)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if "logits_to_keep" in inspect.signature(base.forward).parameters:
+        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep).logits
+    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, keep]
 
 
 def ppo_loss(

@@ -103,3 +103,43 @@ def test_a_few_grpo_steps_raise_the_expected_reward_on_a_fixed_seed() -> None:
         update(model, optimizer, rows, group_advantages(rewards, dict.fromkeys(rewards, "t")), TOK.pad_token_id)
     after = expected_reward(model, prompt, good)
     assert after > before + 0.2, (before, after)
+
+
+def full_logprobs(model, batch) -> torch.Tensor:
+    """``log p(token t+1 | tokens ≤ t)`` from the logits at every position (the plain way)."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, batch.input_ids[:, 1:, None])[..., 0]
+
+
+def test_the_output_layer_runs_only_where_a_sampled_token_is_predicted() -> None:
+    model = build_tiny_model(0)
+    long_prompt = "1+2+3+4+5+6+7+8+9+10+11="
+    rows = [row(model, "a", long_prompt, "66"), row(model, "b", "9+9=", "18 ok")]
+    batch = collate(rows, {"a": 1.0, "b": -1.0}, TOK.pad_token_id)
+    widths: list[int] = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda _m, args, _o: widths.append(args[0].shape[1]))
+    with torch.no_grad():
+        new = policy_logprobs(model, batch)
+    hook.remove()
+    on = batch.targets > 0
+    assert widths == [int(batch.targets.any(0).sum())] and widths[0] < batch.targets.shape[1] // 2
+    assert torch.allclose(new[on], full_logprobs(model, batch)[on], atol=1e-5)
+    assert float(new[~on].abs().sum()) == 0.0
+
+
+def test_a_model_without_logits_to_keep_gets_the_same_logprobs() -> None:
+    model = build_tiny_model(0)
+    rows = [row(model, "a", "1+2=", "3"), row(model, "b", "12+7=", "19 ok")]
+    batch = collate(rows, {"a": 1.0, "b": -1.0}, TOK.pad_token_id)
+
+    class Plain(torch.nn.Module):  # a causal LM whose forward has no logits_to_keep
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+
+        def forward(self, input_ids, attention_mask):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask)
+
+    on = batch.targets > 0
+    with torch.no_grad():
+        assert torch.allclose(policy_logprobs(Plain(), batch)[on], full_logprobs(model, batch)[on], atol=1e-5)

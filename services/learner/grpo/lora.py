@@ -54,6 +54,10 @@ class BaseView:
         with self.model.disable_adapter():
             return self.model(**inputs)
 
+    def get_base_model(self) -> Any:
+        """The transformers model under the adapters (what peft's own ``get_base_model`` gives)."""
+        return self.model.get_base_model()
+
 
 def save(model: Any, folder: Path, base_sha256: str) -> Path:
     """Write the adapter's tensors and config into ``folder``; returns the tensors' file."""

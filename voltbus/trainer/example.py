@@ -44,9 +44,11 @@ def run_grpo_example(
     lr: float = 5e-4,
     argv: list[str] | None = None,
     train_count: int = 400,
+    defaults: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Parse the example's flags, train ``agent`` on ``tasks(train_count, seed=0)`` and validate on
-    ``tasks(--val, seed=1)`` before and after; print and return the result."""
+    ``tasks(--val, seed=1)`` before and after; print and return the result. ``defaults``: the example's own
+    flag defaults (``{"steps": 30, "budget_s": 420}``)."""
     from . import GRPO, Trainer
 
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -57,6 +59,7 @@ def run_grpo_example(
     parser.add_argument("--lr", type=float, default=lr)
     parser.add_argument("--weights-dir", type=Path, default=None, help="keep each step's weights here")
     parser.add_argument("--val", type=int, default=100, help="validation tasks (scored before and after)")
+    parser.set_defaults(**(defaults or {}))
     args = parser.parse_args(argv)
     algo = GRPO(
         model_dir=model_dir,

@@ -187,14 +187,23 @@ def al_side(shape: Shape, poll_s: float, al_python: str) -> Result:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_AGL": "agentlightning"}
     env["BENCH_MAX_ROUNDS"], env["BENCH_SLEEP_S"] = str(shape.rounds), str(shape.sleep_s)
-    done = subprocess.run(
-        [al_python, "-m", "tests.benchmarks.al_side", shape.name, str(poll_s), str(free_port()), str(shape.rollouts)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    with tempfile.TemporaryDirectory() as tmp:  # its working directory: AL's AgentOps writes agentops.log there
+        done = subprocess.run(
+            [
+                al_python,
+                "-m",
+                "tests.benchmarks.al_side",
+                shape.name,
+                str(poll_s),
+                str(free_port()),
+                str(shape.rollouts),
+            ],
+            env=env,
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     lines = [line for line in done.stdout.splitlines() if line.startswith('{"tally"')]
     if done.returncode != 0 or not lines:

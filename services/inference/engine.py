@@ -8,6 +8,7 @@ beyond float noise (positions are counted from each row's first real token; padd
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -72,6 +73,11 @@ class Engine:
             self.generator.manual_seed(seed)
         self.eos = stop_ids(model, tok)
         self.pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        self.last_only = (
+            {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+        )
+        """The output layer at the last position alone (a prompt's other positions would each pay the whole
+        vocabulary's logits at the prefill); {} for a model that cannot."""
 
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
@@ -89,8 +95,9 @@ class Engine:
         live = list(range(len(rows)))
         while live:
             out = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
-            )
+                input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+                **self.last_only,
+            )  # fmt: skip
             logits = out.logits[:, -1].float()
             chosen = picker.pick(logits)
             logp = torch.log_softmax(logits, dim=-1)

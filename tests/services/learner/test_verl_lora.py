@@ -84,11 +84,13 @@ def test_a_lora_version_resumes_with_its_adapter_and_optimizer(policy_dir: Path,
     first = VerlActor(settings)
     first.update(rows, ADVANTAGES)
     weights, _ = first.save("run", 0)
+    assert weights.name == lora.ADAPTER
     second = VerlActor(settings, checkpoint=weights.parent)
     again, _ = second.save("run", 1)  # saved before any update: the adapter it resumed with
     saved, resumed = load_file(weights), load_file(again)
     assert saved.keys() == resumed.keys()
     assert all(torch.allclose(saved[k], resumed[k]) for k in saved)
+    assert any(".lora_B." in k and float(v.abs().sum()) > 0 for k, v in saved.items())  # trained, not a fresh init
     state = second.worker.engine.optimizer.state_dict()["state"]
     assert state and all(float(s["step"]) == 1.0 for s in state.values())
 

@@ -9,12 +9,12 @@ import argparse
 import json
 import random
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import voltbus as agl
+from voltbus.services.settings import Settings
 from voltbus.trainer import GRPO, Trainer
 from voltbus.trainer.example import example_settings
 
@@ -43,29 +43,34 @@ def tasks(count: int, seed: int) -> list[dict[str, int]]:
     return [{"id": f"{seed}-{i}", "a": rng.randrange(50), "b": rng.randrange(50)} for i in range(count)]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, settings: Settings | None = None) -> dict[str, Any]:
+    """Train, print the figures' line, and return the figures (``settings``: a test's bus; default: a fresh one)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", type=Path, required=True, help="a Hugging Face model directory")
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--budget-s", type=float, default=240.0, help="stop training after this many seconds")
+    parser.add_argument("--budget-s", type=float, default=180.0, help="stop training after this many seconds")
     parser.add_argument("--tasks-per-step", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--lora-rank", type=int, default=0)
     parser.add_argument("--val", type=int, default=64, help="validation tasks, scored before and after")
     parser.add_argument("--out", type=Path, default=None, help="also write the figures here (JSON)")
+    parser.add_argument("--backend", default="verl", help="the learner's backend (torch: a CPU smoke test)")
+    parser.add_argument("--device", default="cuda", help="voltbus inference's torch device")
+    parser.add_argument("--runners", type=int, default=64)
     args = parser.parse_args(argv)
-    settings = example_settings("gpu")
-    settings.inference.device = "cuda"
+    settings = settings or example_settings("gpu")
+    settings.inference.device = args.device
     settings.inference.max_batch_rows = 256
     algo = GRPO(
-        model_dir=args.model, backend="verl", steps=args.steps, time_budget_s=args.budget_s,
+        model_dir=args.model, backend=args.backend, steps=args.steps, time_budget_s=args.budget_s,
         tasks_per_step=args.tasks_per_step, group_size=args.group_size, lr=args.lr, lora_rank=args.lora_rank,
         micro_batch_size=16, weights_in_bus_mb=0,
     )  # fmt: skip
     started = time.monotonic()
-    result = Trainer(algorithm=algo, n_runners=64, settings=settings).fit(sum_agent, tasks(800, 0), tasks(args.val, 1))
-    steps = [m for m in result["steps"]]
+    trainer = Trainer(algorithm=algo, n_runners=args.runners, settings=settings)
+    result = trainer.fit(sum_agent, tasks(800, 0), tasks(args.val, 1))
+    steps = list(result["steps"])
     tokens = sum(m["tokens"] for m in steps)
     figures = {
         "model": str(args.model),
@@ -88,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.out is not None:
         args.out.write_text(json.dumps(figures, indent=2))
-    return 0
+    return figures
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

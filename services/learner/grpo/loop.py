@@ -83,7 +83,8 @@ class GRPO:
     async def publish(self, session: Session, weights: Path, sha256: str) -> str:
         """Publish a version naming these weights (reusing the bundle's latest if it already names them),
         and push them to the vLLM servers of ``learner.vllm_urls`` with the gateway paused and drained
-        (inference servers following the bus swap on their own)."""
+        (inference servers following the bus swap on their own); a LoRA version goes to vLLM as an adapter
+        named by its ``ProxyLLM`` (``vllm/lora.py``)."""
         resources_id = await self._publish(session, weights, sha256)
         model = vllm_lora.served_name(self.settings, weights, sha256)  # LoRA on vLLM: the adapter's name
         adapter = model if vllm_lora.is_adapter(weights) else None

@@ -10,9 +10,9 @@ pushes each version to it between steps (``learner.vllm_urls``), through vLLM's 
    ``{"method": "reload_weights", "kwargs": {"weights_path": "<version directory>"}}``,
    ``POST /reset_prefix_cache`` (cached prefixes were computed with the old weights),
    ``POST /update_weight_version {"new_version": "<resources id>"}`` and ``GET /weight_info``,
-   which must then report that version (both skipped on a vLLM without them: 404), ``POST /resume``;
-   With ``lora_rank``, step 3 goes through vLLM's runtime LoRA API instead (``lora.py``: load the version's
-   adapter under its own model name, unload the previous one; no pause, reload or label on the server);
+   which must then report that version (both skipped on a vLLM without them: 404), ``POST /resume``
+   (with ``lora_rank``, vLLM's runtime LoRA API instead, ``lora.py``: the version's adapter loaded under its own
+   model name and the previous one unloaded; no pause, reload or label on the server);
 4. resume the gateway with what each engine now serves: ``POST /admin/resume {"versions":
    {"<vLLM URL>": "<resources id>"}}`` (recorded as ``GatewayResumed``); from then on the gateway
    labels the calls those engines serve with that version.

@@ -6,7 +6,8 @@ loss is ``verl.workers.utils.losses.ppo_loss``; ``train_mini_batch`` takes a Ten
 no-padding layout (``left_right_2_no_padding`` of the padded batch). This module builds that worker
 from the learner settings, turns training rows + GRPO advantages into the fields ``ppo_loss`` reads,
 and saves each version as a model directory like ``Policy.save`` (``model.safetensors`` + config +
-tokenizer + ``optimizer.pt``), so publishing and checkpoints work unchanged.
+tokenizer + ``optimizer.pt``), so publishing and checkpoints work unchanged. With ``lora_rank`` verl wraps the
+model with peft (``lora_config``) and a version is the CPU learner's adapter directory (``grpo/lora.save``).
 
 Same math as ``grpo/objective.py``: advantages once per rollout, spread over its sampled tokens; PPO-clip
 against the logprobs recorded at sampling time (``old_log_probs``); per-rollout normalization (each

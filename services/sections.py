@@ -449,7 +449,8 @@ class LearnerSettings(BaseModel):
     lora_rank: int = Field(default=0, ge=0)
     """Train LoRA adapters of this rank (peft) on a frozen base instead of every weight; 0: full weights. A
     version then holds only the adapter (published as one small ``adapter_model.safetensors``), and inference
-    servers following the bus merge it into their copy of the base (docs/learning.md "LoRA"). CPU torch backend."""
+    servers following the bus merge it into their copy of the base, vLLM servers (``vllm_urls``) load it through their
+    runtime LoRA API (docs/learning.md "LoRA"). Both backends (torch, verl)."""
     lora_alpha: float = Field(default=16.0, gt=0)
     """LoRA scaling numerator: the adapter's update is scaled by ``lora_alpha / lora_rank``."""
     lora_target_modules: str = "all-linear"

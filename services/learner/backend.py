@@ -20,7 +20,7 @@ GPU_HINT = "pip install 'voltbus[gpu]' (verl 0.9.1, vLLM 0.24.0, torch 2.11.0) o
 
 def check_backend(settings: LearnerSettings) -> None:
     """Fail now, saying what to install, when ``settings.backend`` cannot run here: ``verl`` needs
-    verl and a device verl's platform can train on (a CUDA GPU); ``lora_rank`` needs peft and the torch backend."""
+    verl and a device verl's platform can train on (a CUDA GPU); ``lora_rank`` needs peft (``check_lora``)."""
     if settings.lora_rank:
         check_lora(settings)
     if settings.backend == "torch":
@@ -34,13 +34,11 @@ def check_backend(settings: LearnerSettings) -> None:
 
 
 def check_lora(settings: LearnerSettings) -> None:
-    """Refuse LoRA where it is not built yet (verl, vLLM pushes: docs/learning.md "LoRA") or peft is missing."""
-    if settings.backend == "verl":
-        raise LearnerError(f"learner.lora_rank is not built for backend 'verl' yet ({DOC}): set lora_rank 0")
-    if settings.vllm_urls:
+    """Refuse LoRA where it is not built (vLLM pushes with ``overlap``: docs/learning.md "LoRA") or peft is missing."""
+    if settings.vllm_urls and settings.overlap:
         raise LearnerError(
-            f"learner.lora_rank with learner.vllm_urls is not built yet: vLLM would load adapters through its LoRA "
-            f"API ({DOC}); serve the policy with voltbus inference"
+            f"learner.lora_rank with learner.vllm_urls and learner.overlap is not built ({DOC}): rollouts of the "
+            "previous version would still call its adapter, which the push unloads; set overlap false"
         )
     if importlib.util.find_spec("peft") is None:
         raise LearnerError("learner.lora_rank needs peft, which is not installed: pip install 'voltbus[learn]'")

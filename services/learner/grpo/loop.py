@@ -32,6 +32,7 @@ from voltbus.services.settings import LearnerSettings
 from .. import checkpoints
 from ..backend import check_backend, load_actor
 from ..session import History, LearnerError, Session
+from ..vllm import lora as vllm_lora
 from ..vllm import push as vllm_push
 from .actor import Actor
 from .batch import prepare, version_number
@@ -82,9 +83,12 @@ class GRPO:
     async def publish(self, session: Session, weights: Path, sha256: str) -> str:
         """Publish a version naming these weights (reusing the bundle's latest if it already names them),
         and push them to the vLLM servers of ``learner.vllm_urls`` with the gateway paused and drained
-        (inference servers following the bus swap on their own)."""
+        (inference servers following the bus swap on their own); a LoRA version goes to vLLM as an adapter
+        named by its ``ProxyLLM`` (``vllm/lora.py``)."""
         resources_id = await self._publish(session, weights, sha256)
-        await vllm_push.push_if_configured(self.settings, resources_id, weights)
+        model = vllm_lora.served_name(self.settings, weights, sha256)  # LoRA on vLLM: the adapter's name
+        adapter = model if vllm_lora.is_adapter(weights) else None
+        await vllm_push.push_if_configured(self.settings, resources_id, weights, adapter)
         return resources_id
 
     async def _publish(self, session: Session, weights: Path, sha256: str) -> str:
@@ -99,7 +103,7 @@ class GRPO:
         if size <= s.weights_in_bus_mb * 1024 * 1024:  # in the bus: servable from any machine
             uri = await session.store.log.put_weights(f"{session.run_id}/{sha256[:16]}.safetensors", weights)
         ref = WeightsRef(uri=uri, sha256=sha256, **await asyncio.to_thread(ref_fields, weights))  # LoRA: an adapter
-        llm = ProxyLLM(endpoint=s.gateway_url, model=s.served_model_name, weights=ref)
+        llm = ProxyLLM(endpoint=s.gateway_url, model=vllm_lora.served_name(s, weights, sha256), weights=ref)
         update_ = await session.store.update_resources(session.run_id, {**self.extra, "main_llm": llm})
         return f"{session.run_id}:{update_.version}"
 

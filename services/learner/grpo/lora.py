@@ -66,7 +66,10 @@ def save(model: Any, folder: Path, base_sha256: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     config = model.peft_config["default"]
     config.save_pretrained(folder)
-    tensors = {k: v.detach().contiguous() for k, v in get_peft_model_state_dict(model).items()}
+    state = get_peft_model_state_dict(model)  # verl's FSDP2 engine holds DTensors: gathered whole, on the CPU
+    tensors = {
+        k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().contiguous() for k, v in state.items()
+    }
     meta = {"format": "pt", "peft_config": json.dumps(config.to_dict(), default=list), "base_sha256": base_sha256}
     save_file(tensors, folder / ADAPTER, metadata=meta)
     (folder / ADAPTER).chmod(0o644)  # inference servers may run as another user

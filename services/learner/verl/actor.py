@@ -6,7 +6,8 @@ loss is ``verl.workers.utils.losses.ppo_loss``; ``train_mini_batch`` takes a Ten
 no-padding layout (``left_right_2_no_padding`` of the padded batch). This module builds that worker
 from the learner settings, turns training rows + GRPO advantages into the fields ``ppo_loss`` reads,
 and saves each version as a model directory like ``Policy.save`` (``model.safetensors`` + config +
-tokenizer + ``optimizer.pt``), so publishing and checkpoints work unchanged.
+tokenizer + ``optimizer.pt``), so publishing and checkpoints work unchanged. With ``lora_rank`` verl wraps the
+model with peft (``lora_config``) and a version is the CPU learner's adapter directory (``grpo/lora.save``).
 
 Same math as ``grpo/objective.py``: advantages once per rollout, spread over its sampled tokens; PPO-clip
 against the logprobs recorded at sampling time (``old_log_probs``); per-rollout normalization (each
@@ -37,6 +38,7 @@ import torch
 from voltbus.services.clients.model import weights_sha256
 from voltbus.services.settings import LearnerSettings
 
+from ..grpo import lora
 from ..grpo.objective import Row, token_weights
 from ..grpo.policy import OPTIMIZER, WEIGHTS, keep_optimizers
 from .batch import to_verl_batch
@@ -130,6 +132,7 @@ def verl_config(settings: LearnerSettings, model_dir: Path, flash_attn: bool) ->
             "use_remove_padding": flash_attn,
             "enable_gradient_checkpointing": True,
             "override_config": {"attn_implementation": "flash_attention_2" if flash_attn else "sdpa"},
+            **lora_config(s),
         },
         "engine": engine,
         "optim": {"lr": s.lr, "weight_decay": 0.0, "clip_grad": 1.0, "lr_scheduler_type": "constant"},
@@ -153,6 +156,27 @@ def verl_config(settings: LearnerSettings, model_dir: Path, flash_attn: bool) ->
             "data_loader_seed": s.seed,
         },
     }
+
+
+def lora_config(settings: LearnerSettings) -> dict[str, Any]:
+    """The LoRA keys of verl's ``HFModelConfig`` for ``learner.lora_rank`` (none without LoRA): verl wraps the model
+    with peft itself (``lora_dropout`` 0, as ``grpo/lora.py``).
+
+    >>> lora_config(LearnerSettings(lora_rank=8, lora_alpha=32, lora_target_modules="q_proj, v_proj"))
+    {'lora_rank': 8, 'lora_alpha': 32, 'target_modules': ['q_proj', 'v_proj']}
+    >>> lora_config(LearnerSettings())
+    {}
+    """
+    if not settings.lora_rank:
+        return {}
+    alpha = settings.lora_alpha
+    targets = settings.lora_target_modules.strip()
+    config: dict[str, Any] = {
+        "lora_rank": settings.lora_rank,
+        "lora_alpha": int(alpha) if alpha.is_integer() else alpha,  # verl declares an int
+        "target_modules": targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()],
+    }
+    return config
 
 
 def kl_coefficient(settings: LearnerSettings, tokens: float) -> float:
@@ -223,6 +247,14 @@ def copy_model_files(source: Path, target: Path) -> None:
             shutil.copy2(file, target / file.name)
 
 
+def adapter_to_resume(checkpoint: Path, base_sha256: str) -> Path:
+    """The adapter directory of a saved LoRA version; ValueError when it was trained on other base weights."""
+    found = lora.base_of(checkpoint / lora.ADAPTER)
+    if found != base_sha256:
+        raise ValueError(f"the adapter in {checkpoint} was trained on base weights {found}, not on {base_sha256}")
+    return checkpoint
+
+
 class VerlActor:
     """verl's FSDP2 training engine on one GPU, with verl's PPO loss (see the module docstring)."""
 
@@ -232,17 +264,22 @@ class VerlActor:
         from .engine import Reference, build_worker
 
         source = checkpoint or settings.model_dir
-        if source is None:
+        if source is None or (settings.lora_rank and settings.model_dir is None):
             raise ValueError("the learner needs a starting model: set learner.model_dir (a Hugging Face model dir)")
-        self.settings, self.source = settings, Path(source)
-        self.sections = verl_config(settings, self.source, importlib.util.find_spec("flash_attn") is not None)
+        self.settings, self.source, self.base_sha256 = settings, Path(source), ""
+        flash = importlib.util.find_spec("flash_attn") is not None
+        if settings.lora_rank:  # the base is the starting model; a version holds only the adapter (grpo/lora.py)
+            self.source, self.base_sha256 = Path(str(settings.model_dir)), weights_sha256(str(settings.model_dir))
+        self.sections = verl_config(settings, self.source, flash)
+        if settings.lora_rank and checkpoint is not None:
+            self.sections["model"]["lora_adapter_path"] = str(adapter_to_resume(checkpoint, self.base_sha256))
         self.worker, model = build_worker(self.sections, total_steps=settings.steps * settings.epochs)
         self.actor_kwargs = self.sections["actor"]  # the loss's config (the engine has its own)
         self.loss_config = FSDPActorConfig(**self.actor_kwargs)
         self.reference = None
         if settings.kl_coef > 0 and settings.model_dir is not None:  # the KL is to the starting policy
-            flash = self.sections["model"]["use_remove_padding"]
-            self.reference = Reference(verl_config(settings, Path(settings.model_dir), flash))
+            base = settings.model_copy(update={"lora_rank": 0})  # with LoRA too: the base, without adapters
+            self.reference = Reference(verl_config(base, Path(settings.model_dir), flash))
         tok = model.tokenizer
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id or 0)
         self.config = json.loads((self.source / "config.json").read_text())
@@ -281,15 +318,19 @@ class VerlActor:
 
         engine = self.worker.engine
         folder = Path(self.settings.weights_dir) / run_id / f"step-{step}"
-        copy_model_files(self.source, folder)
-        params, _ = engine.get_per_tensor_param()
-        tied = bool(self.config.get("tie_word_embeddings", False))
-        save_file(export_state(params, config_dtype(self.config), tied), folder / WEIGHTS, metadata={"format": "pt"})
-        (folder / WEIGHTS).chmod(0o644)  # save_file writes 0600; servers may run as another user
+        if self.settings.lora_rank:  # the adapter only, as the CPU learner writes it
+            weights = lora.save(engine.module, folder, self.base_sha256)
+        else:
+            copy_model_files(self.source, folder)
+            params, _ = engine.get_per_tensor_param()
+            tied = bool(self.config.get("tie_word_embeddings", False))
+            weights = folder / WEIGHTS
+            save_file(export_state(params, config_dtype(self.config), tied), weights, metadata={"format": "pt"})
+            weights.chmod(0o644)  # save_file writes 0600; servers may run as another user
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         torch.save(get_optimizer_state_dict(engine.module, engine.optimizer, options=options), folder / OPTIMIZER)
         keep_optimizers(folder)  # ~8 bytes per parameter each: the versions a resume may start from only
-        return folder / WEIGHTS, weights_sha256(folder / WEIGHTS)
+        return weights, weights_sha256(weights)
 
     def _load_optimizer(self, path: Path) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict

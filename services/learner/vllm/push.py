@@ -10,7 +10,9 @@ pushes each version to it between steps (``learner.vllm_urls``), through vLLM's 
    ``{"method": "reload_weights", "kwargs": {"weights_path": "<version directory>"}}``,
    ``POST /reset_prefix_cache`` (cached prefixes were computed with the old weights),
    ``POST /update_weight_version {"new_version": "<resources id>"}`` and ``GET /weight_info``,
-   which must then report that version (both skipped on a vLLM without them: 404), ``POST /resume``;
+   which must then report that version (both skipped on a vLLM without them: 404), ``POST /resume``
+   (with ``lora_rank``, vLLM's runtime LoRA API instead, ``lora.py``: the version's adapter loaded under its own
+   model name and the previous one unloaded; no pause, reload or label on the server);
 4. resume the gateway with what each engine now serves: ``POST /admin/resume {"versions":
    {"<vLLM URL>": "<resources id>"}}`` (recorded as ``GatewayResumed``); from then on the gateway
    labels the calls those engines serve with that version.
@@ -36,23 +38,16 @@ from typing import Any
 
 import httpx
 
-from voltbus.schemas.errors import VoltbusError
 from voltbus.services.settings import LearnerSettings
 from voltbus.services.urls import engine_root
+
+from . import lora
+from .http import VllmPushError, request
 
 log = logging.getLogger(__name__)
 
 ADMIN_TIMEOUT_S = 30.0
 """Deadline of the gateway's pause and resume answers."""
-
-
-class VllmPushError(VoltbusError):
-    """A weight push failed; the gateway was resumed (unless the message says it could not be)."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        """The HTTP status of a refusal; None when no answer came (the request may have been applied)."""
 
 
 def version_dir(weights: str | Path) -> str:
@@ -63,22 +58,6 @@ def version_dir(weights: str | Path) -> str:
     """
     path = Path(weights)
     return str(path.parent if path.suffix == ".safetensors" else path)
-
-
-async def request(
-    http: httpx.AsyncClient, method: str, url: str, what: str, timeout: float, **kw: Any
-) -> httpx.Response:
-    """One request; VllmPushError naming ``what`` when no answer came in ``timeout`` seconds, or an
-    answer other than 2xx (404 is returned: some routes are optional)."""
-    try:
-        resp = await http.request(method, url, timeout=timeout, **kw)
-    except httpx.TimeoutException:
-        raise VllmPushError(f"{what}: no answer within {timeout:g} s") from None
-    except httpx.HTTPError as exc:
-        raise VllmPushError(f"{what}: {type(exc).__name__}: {exc}") from None
-    if resp.status_code >= 300 and resp.status_code != 404:
-        raise VllmPushError(f"{what}: HTTP {resp.status_code}: {resp.text[:300]}", resp.status_code)
-    return resp
 
 
 @dataclass
@@ -127,6 +106,21 @@ async def swap(http: httpx.AsyncClient, out: ServerSwap, resources_id: str, path
         except VllmPushError as exc:
             errors.append(str(exc))
         out.error = "; ".join(errors) or None
+    out.finished = True
+
+
+async def swap_adapter(
+    http: httpx.AsyncClient, out: ServerSwap, settings: LearnerSettings, name: str | None, path: str
+) -> None:
+    """LoRA: serve adapter ``name`` (None: the base alone) on one vLLM server, its other adapters of this policy
+    unloaded (``lora.load_adapter``); a failure is in ``out.error``, and the server is then labelled unknown."""
+    out.reloaded = True  # whatever happens now, what it serves may have changed
+    try:
+        await lora.load_adapter(http, out.url, settings, name, path, settings.vllm_timeout_s)
+    except Exception as exc:  # a garbled answer too
+        out.error = (
+            str(exc) if isinstance(exc, VllmPushError) else f"vLLM server {out.url}: {type(exc).__name__}: {exc}"
+        )
     out.finished = True
 
 
@@ -206,9 +200,15 @@ class GatewayAdmin:
 
 
 async def swap_all(
-    http: httpx.AsyncClient, gw: GatewayAdmin, settings: LearnerSettings, report: PushReport, path: str
+    http: httpx.AsyncClient,
+    gw: GatewayAdmin,
+    settings: LearnerSettings,
+    report: PushReport,
+    path: str,
+    adapter: str | None = None,
 ) -> None:
-    """With the gateway paused: drain it, then swap every server at once (``report.servers``)."""
+    """With the gateway paused: drain it, then swap every server at once (``report.servers``): reload the
+    weights, or with ``lora_rank`` serve the version's ``adapter`` (None: the base version)."""
     started = time.monotonic()
     state = await gw.drain(settings.drain_timeout_s)
     report.drain_s = time.monotonic() - started
@@ -220,7 +220,10 @@ async def swap_all(
     # from here on, a cancel leaves them unknown
     report.servers = [ServerSwap(engine_root(u)) for u in settings.vllm_urls]
     timeout = settings.vllm_timeout_s
-    await asyncio.gather(*(swap(http, out, report.resources_id, path, timeout) for out in report.servers))
+    if settings.lora_rank:
+        await asyncio.gather(*(swap_adapter(http, out, settings, adapter, path) for out in report.servers))
+    else:
+        await asyncio.gather(*(swap(http, out, report.resources_id, path, timeout) for out in report.servers))
     report.swap_s = time.monotonic() - started
 
 
@@ -231,12 +234,16 @@ async def push(
     *,
     http: httpx.AsyncClient | None = None,
     admin_timeout_s: float = ADMIN_TIMEOUT_S,
+    adapter: str | None = None,
 ) -> PushReport:
     """Load ``weights`` (the version's directory, or its ``model.safetensors``) on every
-    ``settings.vllm_urls`` server as ``resources_id``, with the gateway paused and drained."""
+    ``settings.vllm_urls`` server as ``resources_id``, with the gateway paused and drained; with
+    ``lora_rank``, as the LoRA adapter named ``adapter`` (``lora.py``; None: the base version)."""
     if http is None:
         async with httpx.AsyncClient() as client:
-            return await push(settings, resources_id, weights, http=client, admin_timeout_s=admin_timeout_s)
+            return await push(
+                settings, resources_id, weights, http=client, admin_timeout_s=admin_timeout_s, adapter=adapter
+            )
     report, gw, path = PushReport(resources_id), GatewayAdmin(http, settings, admin_timeout_s), version_dir(weights)
     paused, errors, refused = time.monotonic(), [], False
     try:
@@ -247,7 +254,7 @@ async def push(
             # no answer, or a proxy's 502/504: the pause may have been applied, so it is undone below
             refused = exc.status is not None and (400 <= exc.status < 500 or exc.status == 503)
             raise
-        await swap_all(http, gw, settings, report, path)
+        await swap_all(http, gw, settings, report, path, adapter)
         errors = [s.error for s in report.servers if s.error]
     except Exception as exc:  # a garbled answer too: the gateway must still be resumed
         errors.append(str(exc) if isinstance(exc, VllmPushError) else f"{type(exc).__name__}: {exc}")
@@ -272,6 +279,8 @@ async def push(
     return report
 
 
-async def push_if_configured(settings: LearnerSettings, resources_id: str, weights: str | Path) -> PushReport | None:
+async def push_if_configured(
+    settings: LearnerSettings, resources_id: str, weights: str | Path, adapter: str | None = None
+) -> PushReport | None:
     """``push`` when ``settings.vllm_urls`` names servers; None otherwise (the CPU path follows the bus)."""
-    return await push(settings, resources_id, weights) if settings.vllm_urls else None
+    return await push(settings, resources_id, weights, adapter=adapter) if settings.vllm_urls else None

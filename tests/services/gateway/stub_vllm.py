@@ -9,6 +9,11 @@ Dev-mode routes (``VLLM_SERVER_DEV_MODE=1`` in vLLM): ``POST /pause?mode=abort|w
 ``GET /v1/models`` and non-streamed and streamed chat/completions with ``return_token_ids`` fields and,
 when asked (``return_weight_versions``), per-choice ``weight_versions`` spans.
 
+Runtime LoRA routes (``--enable-lora`` with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``):
+``POST /v1/load_lora_adapter {"lora_name", "lora_path"}`` (400 when that name is loaded already),
+``POST /v1/unload_lora_adapter {"lora_name"}`` (404 when it is not), adapters listed by ``GET /v1/models``
+with ``parent`` the base; a call naming a model that is neither the base nor a loaded adapter gets 404.
+
 The sampled token ids tell which weights sampled them (``token_of``), so a test can check every
 recorded label against what really sampled the call. ``VllmControl`` counts requests in flight and
 any that arrived while weights were being reloaded, and can hold calls or fail the reload.
@@ -68,6 +73,15 @@ class VllmControl:
     """False: no ``/update_weight_version`` and ``/weight_info`` (404) and no ``weight_versions`` spans,
     as in vLLMs before them."""
 
+    adapters: dict[str, str] = field(default_factory=dict)
+    """Loaded LoRA adapters: name -> path."""
+    runtime_lora: bool = True
+    """False: no runtime LoRA routes (404), as a vLLM started without VLLM_ALLOW_RUNTIME_LORA_UPDATING."""
+    lora_refusal: tuple[int, str] | None = None
+    """When set, ``/v1/load_lora_adapter`` answers this status and message (e.g. a path vLLM cannot read)."""
+    models_called: list[str] = field(default_factory=list)
+    """The ``model`` of every completions request, in order."""
+
     def __post_init__(self) -> None:
         self.resumed.set()
 
@@ -96,6 +110,11 @@ def stub_vllm_app(control: VllmControl) -> Starlette:
 
     async def complete(request: Request, kind: str) -> Response:
         body = await request.json()
+        model = body.get("model", "policy")
+        control.models_called.append(model)
+        if model != "policy" and model not in control.adapters:
+            error = {"message": f"The model `{model}` does not exist.", "type": "NotFoundError", "code": 404}
+            return JSONResponse({"error": error}, status_code=404)
         if control.reloading:
             control.arrived_while_reloading += 1
         control.inflight += 1
@@ -162,6 +181,38 @@ def stub_vllm_app(control: VllmControl) -> Starlette:
             return JSONResponse({"success": True, "new_version": control.label})
         return Response(status_code=200)
 
+    async def load_lora(request: Request) -> Response:
+        if not control.runtime_lora:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        body = await request.json()
+        name = body["lora_name"]
+        control.ops.append(f"load_lora:{name}")
+        if control.lora_refusal is not None:
+            status, message = control.lora_refusal
+            return JSONResponse({"error": {"message": message, "type": "BadRequestError", "code": status}}, status)
+        if name in control.adapters:
+            message = f"The lora adapter '{name}' has already been loaded."
+            return JSONResponse({"error": {"message": message, "type": "InvalidUserInput", "code": 400}}, 400)
+        control.adapters[name] = body["lora_path"]
+        return Response(f"Success: LoRA adapter '{name}' added successfully.")
+
+    async def unload_lora(request: Request) -> Response:
+        if not control.runtime_lora:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        name = (await request.json())["lora_name"]
+        control.ops.append(f"unload_lora:{name}")
+        if control.adapters.pop(name, None) is None:
+            message = f"The lora adapter '{name}' cannot be found."
+            return JSONResponse({"error": {"message": message, "type": "NotFoundError", "code": 404}}, 404)
+        return Response(f"Success: LoRA adapter '{name}' removed successfully.")
+
+    def models(_: Request) -> Response:
+        cards = [{"id": "policy", "object": "model", "parent": None}]
+        cards += [
+            {"id": name, "object": "model", "root": path, "parent": "policy"} for name, path in control.adapters.items()
+        ]
+        return JSONResponse({"object": "list", "data": cards})
+
     def op(name: str) -> Any:
         async def endpoint(request: Request) -> Response:
             return await simple(name, request)
@@ -177,7 +228,9 @@ def stub_vllm_app(control: VllmControl) -> Starlette:
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/models", lambda _: JSONResponse({"object": "list", "data": [{"id": "policy", "object": "model"}]})),
+        Route("/v1/models", models),
+        Route("/v1/load_lora_adapter", load_lora, methods=["POST"]),
+        Route("/v1/unload_lora_adapter", unload_lora, methods=["POST"]),
         Route("/health", lambda _: Response(status_code=200)),
         Route("/pause", pause, methods=["POST"]),
         Route("/resume", resume, methods=["POST"]),

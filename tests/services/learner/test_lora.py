@@ -4,6 +4,7 @@ it back, LoRA off is the full-weights path as before, and LoRA where it is not b
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -101,10 +102,13 @@ def test_lora_off_trains_and_saves_full_weights(policy_dir: Path, tmp_path: Path
     assert file.name == WEIGHTS and (file.parent / OPTIMIZER).is_file() and ref_fields(file) == {}
 
 
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [({"backend": "verl"}, "not built for backend 'verl'"), ({"vllm_urls": ["http://x"]}, "vLLM would load")],
-)
-def test_lora_where_it_is_not_built_is_refused(extra: dict, message: str) -> None:
-    with pytest.raises(LearnerError, match=message):
-        check_backend(LearnerSettings(lora_rank=8, **extra))
+def test_lora_with_vllm_pushes_and_overlap_is_refused() -> None:
+    check_backend(LearnerSettings(lora_rank=8, vllm_urls=["http://x"]))  # built: vllm/lora.py
+    with pytest.raises(LearnerError, match="learner.vllm_urls and learner.overlap is not built"):
+        check_backend(LearnerSettings(lora_rank=8, vllm_urls=["http://x"], overlap=True))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("verl") is not None, reason="verl is installed: the backend is built")
+def test_lora_on_the_verl_backend_is_refused_only_for_verl_itself() -> None:
+    with pytest.raises(LearnerError, match="learner.backend 'verl' needs verl"):  # not for LoRA
+        check_backend(LearnerSettings(lora_rank=8, backend="verl"))

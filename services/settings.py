@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -216,6 +216,11 @@ class Settings(BaseSettings):
     compose's ``credentials`` service) whose ``VOLTBUS_*`` lines are read at start-up, winning over the
     same variables in the environment (``VOLTBUS_CREDENTIALS_FILE``); None: none. A missing file is an error."""
 
+    @model_validator(mode="after")
+    def _adapters_keep_their_names(self) -> Settings:
+        check_lora_names(self)
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -227,6 +232,19 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         credentials = CredentialsFile(settings_cls, (init_settings, env_settings))
         return init_settings, credentials, env_settings, dotenv_settings, file_secret_settings
+
+
+def check_lora_names(s: Settings) -> None:
+    """Refuse ``gateway.model_name`` with LoRA versions pushed to vLLM: each adapter is its own vLLM model name, and
+    a fixed name on every call would send them all to the base model, silently."""
+    if s.learner.lora_rank and s.learner.vllm_urls and s.gateway.model_name:
+        raise ValueError(
+            f"gateway.model_name ({s.gateway.model_name!r}) with learner.lora_rank and learner.vllm_urls: vLLM serves "
+            "each LoRA version under its own model name (<served_model_name>-lora-<sha256>, the published ProxyLLM's "
+            "model), and the gateway would replace it on every call, so the calls would reach the base model. Unset "
+            "gateway.model_name (agents send the resources' model), or serve with voltbus inference, which merges "
+            'each adapter under one name (docs/learning.md "LoRA")'
+        )
 
 
 class CredentialsNotFound(VoltbusError):

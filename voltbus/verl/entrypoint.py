@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from voltbus.services.settings import RunnerSettings, Settings
+from voltbus.services.settings import RunnerSettings, Settings, check_lora_names
 from voltbus.trainer import Trainer, verl
 
 log = logging.getLogger(__name__)
@@ -106,5 +106,6 @@ def run_ppo(
     RunnerSettings.model_validate(s.runner.model_dump())  # a bad env_map fails here, before anything starts
     if s.gateway.model_name is None:  # AL 1.0 agents ask for model "auto": the gateway names the served policy
         s.gateway = s.gateway.model_copy(update={"model_name": s.learner.served_model_name})
+    check_lora_names(s)  # (a copy is not validated again)
     algorithm = verl.VERL(split(config)[1], backend=backend)  # it warns of the other unused keys
     return Trainer(algorithm=algorithm, n_runners=n_runners, settings=s).fit(p.agent, train_dataset, val_dataset)

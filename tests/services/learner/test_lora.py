@@ -18,7 +18,7 @@ from voltbus.services.learner.grpo.lora import ADAPTER, FORMAT, BaseView, ref_fi
 from voltbus.services.learner.grpo.objective import Row
 from voltbus.services.learner.grpo.policy import OPTIMIZER, WEIGHTS, Policy, version_file
 from voltbus.services.learner.session import LearnerError
-from voltbus.services.settings import LearnerSettings
+from voltbus.services.settings import LearnerSettings, Settings
 
 TOK = build_tokenizer()
 
@@ -112,3 +112,27 @@ def test_lora_with_vllm_pushes_and_overlap_is_refused() -> None:
 def test_lora_on_the_verl_backend_is_refused_only_for_verl_itself() -> None:
     with pytest.raises(LearnerError, match="learner.backend 'verl' needs verl"):  # not for LoRA
         check_backend(LearnerSettings(lora_rank=8, backend="verl"))
+
+
+def test_a_fixed_gateway_model_name_with_lora_on_vllm_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    lora_on_vllm = {"lora_rank": 8, "vllm_urls": ["http://127.0.0.1:9"]}
+    with pytest.raises(ValueError, match="would reach the base model"):
+        Settings(learner=lora_on_vllm, gateway={"model_name": "policy"})
+    monkeypatch.setenv("VOLTBUS_GATEWAY__MODEL_NAME", "policy")
+    monkeypatch.setenv("VOLTBUS_LEARNER__LORA_RANK", "8")
+    monkeypatch.setenv("VOLTBUS_LEARNER__VLLM_URLS", "http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="each LoRA version under its own model name"):
+        Settings()
+    monkeypatch.delenv("VOLTBUS_GATEWAY__MODEL_NAME")
+    assert Settings().learner.lora_rank == 8  # unset: the agents' own model names go through
+    monkeypatch.delenv("VOLTBUS_LEARNER__VLLM_URLS")
+    Settings(learner={"lora_rank": 8}, gateway={"model_name": "policy"})  # voltbus inference: one name for all
+
+
+def test_run_ppo_refuses_lora_on_vllm_before_anything_starts() -> None:
+    from voltbus.verl.entrypoint import run_ppo
+
+    config = {"algorithm": {"adv_estimator": "grpo"}, "agentlightning": {"local": {"agent_class": "json:dumps"}}}
+    settings = Settings(learner={"lora_rank": 8, "vllm_urls": ["http://127.0.0.1:9"]})
+    with pytest.raises(ValueError, match="would reach the base model"):
+        run_ppo(config, [{"q": 1}], [{"q": 2}], settings=settings, backend="torch")

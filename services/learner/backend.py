@@ -53,7 +53,10 @@ def load_actor(settings: LearnerSettings, checkpoint: Path | None = None) -> Act
         from .verl.actor import VerlActor
 
         return VerlActor(settings, checkpoint)
+    from .grpo import ranks
     from .grpo.actor import TorchActor
     from .grpo.policy import Policy
 
+    if ranks.world_size() > 1:  # started by torchrun: this is rank 0 (the others follow in ranks.follow)
+        return ranks.DataParallelActor(settings, checkpoint)
     return TorchActor(Policy.load(settings, checkpoint))

@@ -64,8 +64,6 @@ async def ranked(settings: Settings, env: TorchrunEnvironment, tasks: list[Any],
     each update with the others; the others only follow its updates (they never touch the bus)."""
     from .grpo import ranks
 
-    if settings.learner.backend != "torch":
-        raise LearnerError("several ranks (torchrun) are built for learner.backend 'torch' only")
     await asyncio.to_thread(ranks.start, env, settings.learner)
     if env.rank > 0:
         say(f"rank {env.rank} of {env.world_size}: following rank 0's updates")

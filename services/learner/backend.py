@@ -49,14 +49,15 @@ def check_lora(settings: LearnerSettings) -> None:
 def load_actor(settings: LearnerSettings, checkpoint: Path | None = None) -> Actor:
     """The backend's actor, from the starting model or from the version saved at ``checkpoint``."""
     check_backend(settings)
+    from .grpo import ranks
+
+    if ranks.world_size() > 1:  # started by torchrun: this is rank 0 (the others follow in ranks.follow)
+        return ranks.DataParallelActor(settings, checkpoint)
     if settings.backend == "verl":
         from .verl.actor import VerlActor
 
         return VerlActor(settings, checkpoint)
-    from .grpo import ranks
     from .grpo.actor import TorchActor
     from .grpo.policy import Policy
 
-    if ranks.world_size() > 1:  # started by torchrun: this is rank 0 (the others follow in ranks.follow)
-        return ranks.DataParallelActor(settings, checkpoint)
     return TorchActor(Policy.load(settings, checkpoint))

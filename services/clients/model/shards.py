@@ -111,6 +111,24 @@ def weights_size(path: str | Path) -> int:
     return sum(f.stat().st_size for f in files)
 
 
+def save_state(state: dict[str, torch.Tensor], folder: Path, max_shard_bytes: int) -> Path:
+    """Write ``state`` into ``folder`` as ``model.safetensors``, or above ``max_shard_bytes`` as shards and their
+    index (Hugging Face's layout and names); returns the weights file (the index when sharded)."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from safetensors.torch import save_file
+
+    split = split_torch_state_dict_into_shards(state, max_shard_size=max_shard_bytes)
+    for name, keys in split.filename_to_tensors.items():
+        save_file({k: state[k] for k in keys}, folder / name, metadata={"format": "pt"})
+        (folder / name).chmod(0o644)  # save_file writes 0600; inference servers may run as another user
+    if not split.is_sharded:
+        return folder / WEIGHTS
+    index = {"metadata": {**split.metadata, "total_size": sum(t.numel() * t.element_size() for t in state.values())}}
+    (folder / INDEX).write_text(json.dumps({**index, "weight_map": split.tensor_to_filename}, indent=2))
+    (folder / INDEX).chmod(0o644)
+    return folder / INDEX
+
+
 def load_state(path: str | Path) -> dict[str, torch.Tensor]:
     """Every tensor of the weights (all shards merged)."""
     files = shard_files(path)[1:] if is_sharded(path) else [weights_path(path)]

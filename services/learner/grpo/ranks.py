@@ -1,6 +1,7 @@
-"""The CPU learner's update, data parallel over several ranks (``torchrun --nproc-per-node N``): rank 0 runs the
-one loop (``loop.py``) and is the only rank on the bus; it broadcasts each batch, every rank trains on its share
-of the rows, and the gradients are summed over the ranks (gloo on CPU), so every rank steps to the same weights.
+"""The learner's update, data parallel over several ranks (``torchrun --nproc-per-node N``): rank 0 runs the one
+loop (``loop.py``) and is the only rank on the bus; it broadcasts each batch, every rank trains on its share of
+the rows, and the gradients are summed over the ranks (CPU policy: gloo all_reduce here; verl: its FSDP engine),
+so every rank steps to the same weights. Each save is collective too (verl gathers its shards); rank 0 writes.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -19,7 +20,7 @@ from voltbus.services.settings import LearnerSettings, TorchrunEnvironment
 from .objective import Row, token_weights, update
 from .policy import Policy
 
-LOAD, UPDATE, STOP = "load", "update", "stop"
+LOAD, UPDATE, SAVE, STOP = "load", "update", "save", "stop"
 BUCKET = 1 << 24
 """Gradient elements summed per collective call (64 MB of float32)."""
 
@@ -56,18 +57,51 @@ def stop() -> None:
         dist.destroy_process_group()
 
 
-def follow(settings: LearnerSettings) -> Policy | None:
-    """Ranks > 0: load the policy when rank 0 does, train on each batch it sends; when rank 0 stops, return the
-    policy (the same weights as rank 0's)."""
-    policy: Policy | None = None
+def follow(settings: LearnerSettings) -> Member | None:
+    """Ranks > 0: load the actor when rank 0 does, take their share of each update and save; when rank 0 stops,
+    return the actor (the same weights as rank 0's)."""
+    actor: Member | None = None
     while (message := _broadcast(None))[0] != STOP:
         if message[0] == LOAD:
-            policy = Policy.load(settings)
-            share_state(policy)
-        elif message[0] == UPDATE and policy is not None:
-            shard_update(policy, message[1], message[2])
+            actor = member(settings, message[1])
+        elif message[0] == UPDATE and actor is not None:
+            actor.update(message[1], message[2])
+        elif message[0] == SAVE and actor is not None:
+            actor.save(message[1], message[2])
     dist.destroy_process_group()
-    return policy
+    return actor
+
+
+class Member(Protocol):
+    """A backend's actor on one rank: its share of each update (returning the whole batch's statistics), and the
+    save every rank takes part in (rank 0 writes the files and returns them; the others return None)."""
+
+    def update(self, rows: Sequence[Row], advantages: Mapping[str, float]) -> dict[str, float]: ...
+
+    def save(self, run_id: str, step: int) -> tuple[Path, str] | None: ...
+
+
+def member(settings: LearnerSettings, checkpoint: Path | None) -> Member:
+    """This rank's actor of ``learner.backend``: verl's FSDP engine (its own data parallelism), or the CPU policy."""
+    if settings.backend == "verl":
+        from ..verl.actor import VerlActor
+
+        return VerlActor(settings, checkpoint)  # every rank reads the checkpoint: on one machine or shared storage
+    return TorchShare(settings, checkpoint)
+
+
+class TorchShare:
+    """The CPU policy on one rank: rank 0 loads the checkpoint and gives the others its state."""
+
+    def __init__(self, settings: LearnerSettings, checkpoint: Path | None) -> None:
+        self.policy = Policy.load(settings, checkpoint if dist.get_rank() == 0 else None)
+        share_state(self.policy)
+
+    def update(self, rows: Sequence[Row], advantages: Mapping[str, float]) -> dict[str, float]:
+        return shard_update(self.policy, rows, advantages)
+
+    def save(self, run_id: str, step: int) -> tuple[Path, str] | None:
+        return self.policy.save(run_id, step) if dist.get_rank() == 0 else None
 
 
 def share_state(policy: Policy) -> None:
@@ -136,16 +170,18 @@ def shard_update(policy: Policy, rows: Sequence[Row], advantages: Mapping[str, f
 
 
 class DataParallelActor:
-    """Rank 0's actor when there are several ranks: the CPU policy, each update shared with the other ranks."""
+    """Rank 0's actor when there are several ranks: each update and save is sent to the other ranks first."""
 
     def __init__(self, settings: LearnerSettings, checkpoint: Path | None = None) -> None:
-        _broadcast((LOAD,))
-        self.policy = Policy.load(settings, checkpoint)
-        share_state(self.policy)
+        _broadcast((LOAD, checkpoint))
+        self.member = member(settings, checkpoint)
 
     def update(self, rows: Sequence[Row], advantages: Mapping[str, float]) -> dict[str, float]:
         _broadcast((UPDATE, list(rows), dict(advantages)))
-        return shard_update(self.policy, rows, advantages)
+        return self.member.update(rows, advantages)
 
     def save(self, run_id: str, step: int) -> tuple[Path, str]:
-        return self.policy.save(run_id, step)
+        _broadcast((SAVE, run_id, step))
+        saved = self.member.save(run_id, step)
+        assert saved is not None  # rank 0 writes the version
+        return saved

@@ -1,13 +1,16 @@
 """One learner update on a fixed batch, run by ``torchrun`` (the data-parallel test and bench_ranks.py), or alone.
 
 Usage: ``torchrun --standalone --nproc-per-node N ranks_step.py MODEL_DIR OUT_DIR ROWS [EPOCHS KL_COEF REPEATS]``.
-Every rank writes its weights after the update (``rank-<r>.safetensors``); rank 0 writes ``stats.json`` (the
-update's statistics and the seconds of each repeat). With WORLD_SIZE unset it is the one-rank update.
+BACKEND (7th argument) is ``torch`` (default) or ``verl``. Rank 0 saves the version through the actor (a collective
+save) and writes ``stats.json`` (the update's statistics, the seconds of each repeat, the saved weights' path);
+with the CPU policy each other rank also writes its weights (``rank-<r>.safetensors``). WORLD_SIZE unset: one rank.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,8 +19,8 @@ import torch
 from safetensors.torch import save_file
 
 from voltbus.model import load_model_dir, sequence_logprobs
+from voltbus.services.learner.backend import load_actor
 from voltbus.services.learner.grpo import ranks
-from voltbus.services.learner.grpo.actor import TorchActor
 from voltbus.services.learner.grpo.objective import Row
 from voltbus.services.learner.grpo.policy import Policy
 from voltbus.services.settings import LearnerSettings, TorchrunEnvironment
@@ -37,6 +40,25 @@ def batch(model_dir: Path, n: int) -> tuple[list[Row], dict[str, float]]:
     return rows, advantages
 
 
+def run_step(model_dir: Path, out: Path, ranks: int, rows: int, epochs: int, kl: float, backend: str = "torch") -> dict:
+    """This script in a subprocess, under ``torchrun`` when ``ranks`` > 1; returns rank 0's report."""
+    out.mkdir()
+    command = [str(Path(__file__)), str(model_dir), str(out), str(rows), str(epochs), str(kl), "1", backend]
+    if ranks > 1:
+        command = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *command]
+    torchrun = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    env = {k: v for k, v in os.environ.items() if k not in torchrun}  # a verl test of this process may set them
+    done = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads((out / "stats.json").read_text())
+
+
+def differences(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``|a - b|`` of every element of two state dicts with the same names, flattened."""
+    assert a.keys() == b.keys()
+    return torch.cat([(a[k].float() - b[k].float()).abs().flatten() for k in a])
+
+
 def weights(policy: Policy) -> dict[str, torch.Tensor]:
     """The policy's tensors, each its own copy (tied ones share memory, which safetensors refuses)."""
     return {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
@@ -45,26 +67,32 @@ def weights(policy: Policy) -> dict[str, torch.Tensor]:
 def main() -> None:
     model_dir, out, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     epochs, kl, repeats = (int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6])) if len(sys.argv) > 6 else (1, 0, 1)
-    settings = LearnerSettings(model_dir=model_dir, weights_dir=out, epochs=epochs, kl_coef=kl, lr=1e-3)
+    backend = sys.argv[7] if len(sys.argv) > 7 else "torch"
+    if backend == "verl":
+        from verl_cpu import use_cpu_if_no_gpu  # beside this file; before verl's engine is imported
+
+        use_cpu_if_no_gpu()
+    settings = LearnerSettings(
+        model_dir=model_dir, weights_dir=out, epochs=epochs, kl_coef=kl, lr=1e-3, backend=backend, micro_batch_size=2
+    )
     env = TorchrunEnvironment()
     ranks.start(env, settings)
     if env.rank > 0:
-        policy = ranks.follow(settings)
-        assert policy is not None
-        save_file(weights(policy), out / f"rank-{env.rank}.safetensors")
+        actor = ranks.follow(settings)
+        if isinstance(actor, ranks.TorchShare):
+            save_file(weights(actor.policy), out / f"rank-{env.rank}.safetensors")
         return
     rows, advantages = batch(model_dir, n)
-    actor = ranks.DataParallelActor(settings) if env.world_size > 1 else TorchActor(Policy.load(settings))
+    actor = ranks.DataParallelActor(settings) if env.world_size > 1 else load_actor(settings)
     seconds, stats = [], {}
     for _ in range(repeats):
         started = time.perf_counter()
         stats = actor.update(rows, advantages)
         seconds.append(time.perf_counter() - started)
+    saved, _ = actor.save("run", 0)
     ranks.stop()
-    save_file(weights(actor.policy), out / "rank-0.safetensors")
-    (out / "stats.json").write_text(
-        json.dumps({"stats": stats, "seconds": seconds, "threads": torch.get_num_threads()})
-    )
+    report = {"stats": stats, "seconds": seconds, "threads": torch.get_num_threads(), "saved": str(saved)}
+    (out / "stats.json").write_text(json.dumps(report))
 
 
 if __name__ == "__main__":

@@ -18,26 +18,26 @@ from .agents import text_agent
 from .runs import run_events
 from .test_resume import environment
 
+VOLTBUS = str(Path(sys.executable).with_name("voltbus"))
+STARTS = {
+    "module": ["-m", "voltbus.services.learner", "{tasks}"],
+    "cli": ["--no-python", VOLTBUS, "learner", "--tasks", "{tasks}"],
+}
+
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("start", STARTS)
 async def test_the_learner_runs_on_two_ranks_under_torchrun(
-    nats_settings: NatsSettings, policy_dir: Path, task_file: Path, tmp_path: Path
+    nats_settings: NatsSettings, policy_dir: Path, task_file: Path, tmp_path: Path, start: str
 ) -> None:
     settings = Settings(nats=nats_settings, learner=LearnerSettings(model_dir=policy_dir, weights_dir=tmp_path / "w"))
     async with local_system(settings, text_agent, n_runners=6) as s:
         env = {**environment(s, tmp_path / "w"), "VOLTBUS_LEARNER__RUN_ID": "run-ranks", "VOLTBUS_LEARNER__STEPS": "2"}
-        command = [
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node=2",
-            "-m",
-            "voltbus.services.learner",
-        ]
+        command = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+        command += [a.format(tasks=task_file) for a in STARTS[start]]
         learner = await asyncio.create_subprocess_exec(
             sys.executable,
             *command,
-            str(task_file),
             env=env,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,

@@ -12,7 +12,7 @@ from typing import Any
 from voltbus.services.clients.store import connect
 from voltbus.services.settings import Settings, TorchrunEnvironment
 
-from .backend import check_backend
+from .backend import check_backend, rank_actor
 from .session import LearnerError, Session, new_run_id
 
 
@@ -67,7 +67,7 @@ async def ranked(settings: Settings, env: TorchrunEnvironment, tasks: list[Any],
     await asyncio.to_thread(ranks.start, env, settings.learner)
     if env.rank > 0:
         say(f"rank {env.rank} of {env.world_size}: following rank 0's updates")
-        await asyncio.to_thread(ranks.follow, settings.learner)
+        await asyncio.to_thread(ranks.follow, settings.learner, rank_actor)
         return settings.learner.run_id or ""
     say(f"rank 0 of {env.world_size}: each update is shared with {env.world_size - 1} more ranks")
     run_id = await train(settings, tasks, say)

@@ -7,7 +7,7 @@ so every rank steps to the same weights. Each save is collective too (verl gathe
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -57,13 +57,13 @@ def stop() -> None:
         dist.destroy_process_group()
 
 
-def follow(settings: LearnerSettings) -> Member | None:
-    """Ranks > 0: load the actor when rank 0 does, take their share of each update and save; when rank 0 stops,
-    return the actor (the same weights as rank 0's)."""
+def follow(settings: LearnerSettings, make: MakeMember) -> Member | None:
+    """Ranks > 0: load the actor (``make``: ``backend.rank_actor``) when rank 0 does, take their share of each update
+    and save; when rank 0 stops, return the actor (the same weights as rank 0's)."""
     actor: Member | None = None
     while (message := _broadcast(None))[0] != STOP:
         if message[0] == LOAD:
-            actor = member(settings, message[1])
+            actor = make(settings, message[1])
         elif message[0] == UPDATE and actor is not None:
             actor.update(message[1], message[2])
         elif message[0] == SAVE and actor is not None:
@@ -81,13 +81,8 @@ class Member(Protocol):
     def save(self, run_id: str, step: int) -> tuple[Path, str] | None: ...
 
 
-def member(settings: LearnerSettings, checkpoint: Path | None) -> Member:
-    """This rank's actor of ``learner.backend``: verl's FSDP engine (its own data parallelism), or the CPU policy."""
-    if settings.backend == "verl":
-        from ..verl.actor import VerlActor
-
-        return VerlActor(settings, checkpoint)  # every rank reads the checkpoint: on one machine or shared storage
-    return TorchShare(settings, checkpoint)
+MakeMember = Callable[[LearnerSettings, Path | None], Member]
+"""Builds this rank's actor from the settings and rank 0's checkpoint (``backend.rank_actor``)."""
 
 
 class TorchShare:
@@ -172,9 +167,9 @@ def shard_update(policy: Policy, rows: Sequence[Row], advantages: Mapping[str, f
 class DataParallelActor:
     """Rank 0's actor when there are several ranks: each update and save is sent to the other ranks first."""
 
-    def __init__(self, settings: LearnerSettings, checkpoint: Path | None = None) -> None:
+    def __init__(self, settings: LearnerSettings, checkpoint: Path | None, make: MakeMember) -> None:
         _broadcast((LOAD, checkpoint))
-        self.member = member(settings, checkpoint)
+        self.member = make(settings, checkpoint)
 
     def update(self, rows: Sequence[Row], advantages: Mapping[str, float]) -> dict[str, float]:
         _broadcast((UPDATE, list(rows), dict(advantages)))

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 from voltbus.model import load_model_dir, sequence_logprobs
-from voltbus.services.learner.backend import load_actor
+from voltbus.services.learner.backend import load_actor, rank_actor
 from voltbus.services.learner.grpo import ranks
 from voltbus.services.learner.grpo.objective import Row
 from voltbus.services.learner.grpo.policy import Policy
@@ -89,12 +89,12 @@ def main() -> None:
     env = TorchrunEnvironment()
     ranks.start(env, settings)
     if env.rank > 0:
-        actor = ranks.follow(settings)
+        actor = ranks.follow(settings, rank_actor)
         if isinstance(actor, ranks.TorchShare):
             save_file(weights(actor.policy), out / f"rank-{env.rank}.safetensors")
         return
     rows, advantages = batch(model_dir, n, extra)
-    actor = ranks.DataParallelActor(settings) if env.world_size > 1 else load_actor(settings)
+    actor = ranks.DataParallelActor(settings, None, rank_actor) if env.world_size > 1 else load_actor(settings)
     seconds, stats = [], {}
     for _ in range(repeats):
         started = time.perf_counter()

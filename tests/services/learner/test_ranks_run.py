@@ -51,3 +51,15 @@ async def test_the_learner_runs_on_two_ranks_under_torchrun(
     assert [e.step for e in completed] == [0, 1] and all(e.metrics["tokens"] > 0 for e in completed)
     assert isinstance(events[-1], RunFinished) and events[-1].status == "succeeded"
     assert (tmp_path / "w" / "run-ranks" / "step-1" / "model.safetensors").is_file()
+
+
+async def test_offline_training_under_torchrun_is_refused(
+    policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from voltbus.services.learner.grpo.offline import Selection, train_offline
+    from voltbus.services.learner.session import LearnerError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")  # what torchrun sets in each process it starts
+    settings = Settings(learner=LearnerSettings(model_dir=policy_dir, weights_dir=tmp_path / "w"))
+    with pytest.raises(LearnerError, match="one rank"):  # before any connection: no bus in this test
+        await train_offline(settings, Selection(run="r"), 1, print)

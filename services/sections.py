@@ -456,6 +456,13 @@ class LearnerSettings(BaseModel):
     lora_target_modules: str = "all-linear"
     """Modules that get adapters: ``all-linear`` (every linear layer but the output head) or comma-separated
     module names (``q_proj,v_proj``)."""
+    shard_mb: float = Field(default=5000.0, gt=0)
+    """A version whose weights are larger than this is written as shards of at most this size
+    (``model-0000k-of-0000n.safetensors`` + ``model.safetensors.index.json``, Hugging Face's layout), published
+    as one digest over the set (docs/learning.md "Several devices")."""
+    ranks_timeout_s: float = Field(default=86400.0, gt=0)
+    """Data parallel over several ranks (``torchrun``): longest a rank waits for the others in a collective,
+    e.g. for rank 0's next batch while the runners sample it."""
 
     @field_validator("inference_urls", "vllm_urls", mode="before")
     @classmethod

@@ -50,6 +50,7 @@ __all__ = [
     "RunnerSettings",
     "Settings",
     "StoreServerSettings",
+    "TorchrunEnvironment",
     "default_data_dir",
 ]
 
@@ -289,3 +290,16 @@ class AgentLightningEnvironment(BaseSettings):
     """``AGL_SERVER_HOST``: the interface Agent Lightning's store server binds to."""
     server_port: str | None = None
     """``AGL_SERVER_PORT``: the port Agent Lightning's store server listens on."""
+
+
+class TorchrunEnvironment(BaseSettings):
+    """The variables ``torchrun`` sets in each process it starts (no prefix): which rank of how many this
+    learner is (torch itself reads ``MASTER_ADDR`` and ``MASTER_PORT``: docs/learning.md "Several devices").
+    Unset: one rank."""
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore")
+
+    rank: int = Field(default=0, ge=0)
+    """``RANK``: this process's rank; rank 0 runs the loop and talks to the bus."""
+    world_size: int = Field(default=1, ge=1)
+    """``WORLD_SIZE``: how many ranks share each learner step."""

@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from voltbus.services.clients.model import load_model_dir
+from voltbus.services.clients.model import load_model_dir, shards
 from voltbus.services.httpguard import guard
 from voltbus.services.serving import serve_until
 from voltbus.services.settings import Settings
@@ -30,7 +30,7 @@ from .engine import Engine
 from .follow import follow_forever
 from .responses import TokenText
 from .state import Served
-from .swap import Weights, file_sha256, local_version, weights_file
+from .swap import Weights, local_version, weights_file
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def load(settings: Settings) -> Served:
     model, tok = load_model_dir(cfg.model_dir, cfg.device)
     limit = model.config.max_position_embeddings
     cfg = cfg.model_copy(update={"max_model_len": min(cfg.max_model_len or limit, limit)})
-    digest = file_sha256(weights_file(cfg.model_dir))
+    digest = shards.weights_sha256(weights_file(cfg.model_dir))  # one file's, or the set of its shards'
     weights = Weights(version=cfg.weight_version or local_version(digest), sha256=digest, base_sha256=digest)
     engine = Engine(model, tok, cfg.seed)
     name = cfg.served_model_name or cfg.model_dir.resolve().name

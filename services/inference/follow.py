@@ -10,6 +10,7 @@ now: only the label changes. A bad version (missing file, wrong digest) is logge
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import tempfile
@@ -18,6 +19,7 @@ from pathlib import Path
 from transformers import PreTrainedModel
 
 from voltbus.schemas.resources import LLM, ResourcesPublished, WeightsRef
+from voltbus.services.clients.model import shards
 from voltbus.services.eventlog import Envelope, EventLog
 from voltbus.services.eventlog.objects import SCHEME
 from voltbus.services.restart import supervised
@@ -48,7 +50,10 @@ async def serve_version(
             await swap(model, weights, ref.uri, event.resources_id, ref.sha256)
             return
         with tempfile.TemporaryDirectory(prefix="voltbus-weights-") as scratch:
-            path = await eventlog.fetch_weights(ref.uri, Path(scratch), ref.sha256)
+            suffix = ".tar" if ref.uri.endswith(".tar") else ".safetensors"  # .tar: a sharded set (shards.pack)
+            path = await eventlog.fetch_weights(ref.uri, Path(scratch), ref.sha256, suffix)
+            if suffix == ".tar":
+                path = await asyncio.to_thread(shards.unpack, path, Path(scratch) / "shards")
             await swap(model, weights, path, event.resources_id, ref.sha256)
     except Exception as exc:
         log.error("not serving resources %s: %s", event.resources_id, exc)

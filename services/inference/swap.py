@@ -1,6 +1,6 @@
 """The serving weights: their version label, the lock that keeps a batch on one version, and hot swaps.
 
-A swap reads (and, given a digest, verifies) the new safetensors file outside the lock, then loads
+A swap reads (and, given a digest, verifies) the new safetensors file (or shards) outside the lock, then loads
 it into the model with ``load_state_dict`` under the lock: a batch in progress finishes on the old
 weights, the next one starts on the new, and no sequence ever mixes two versions. A LoRA adapter's file
 (``adapter.py``) is merged into the base it was trained on instead.
@@ -9,20 +9,18 @@ weights, the next one starts on the new, and no sequence ever mixes two versions
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from transformers import PreTrainedModel
+
+from voltbus.services.clients.model import shards
 
 from .adapter import Adapter, AdapterError, from_state, merge, metadata
 
 log = logging.getLogger(__name__)
-
-WEIGHTS_FILE = "model.safetensors"
 
 
 class WeightsError(Exception):
@@ -50,36 +48,31 @@ def local_version(digest: str) -> str:
 
 
 def weights_file(path: str | Path) -> Path:
-    """The safetensors file for ``path``: the file itself, or ``model.safetensors`` in a model directory."""
-    file = Path(path.removeprefix("file://") if isinstance(path, str) else path)
-    if file.is_dir():
-        file = file / WEIGHTS_FILE
+    """The weights file for ``path``: the file itself, or in a model directory ``model.safetensors`` or the index of
+    its shards (``model.safetensors.index.json``)."""
+    file = shards.weights_path(path.removeprefix("file://") if isinstance(path, str) else path)
     if not file.is_file():
         raise WeightsError(f"weights file not found: {file}")
     return file
 
 
-def file_sha256(file: Path) -> str:
-    digest = hashlib.sha256()
-    with file.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def read_weights(path: str | Path, sha256: str | None = None) -> tuple[dict[str, torch.Tensor], str]:
-    """The tensors of a weights file and its digest; with ``sha256`` given, a mismatch is an error."""
+    """The tensors of a weights file (or of all the shards an index names) and their digest (``shards.py``); with
+    ``sha256`` given, a mismatch is an error."""
     file = weights_file(path)
-    digest = file_sha256(file)
-    if sha256 is not None and digest != sha256:
-        raise WeightsError(f"sha256 of {file} is {digest}, expected {sha256}")
-    return load_file(file), digest
+    try:
+        digest = shards.weights_sha256(file)
+        if sha256 is not None and digest != sha256:
+            raise WeightsError(f"sha256 of {file} is {digest}, expected {sha256}")
+        return shards.load_state(file), digest
+    except shards.ShardsError as exc:
+        raise WeightsError(str(exc)) from None
 
 
 def read_version(path: str | Path, sha256: str | None = None) -> tuple[dict[str, torch.Tensor] | Adapter, str]:
     """``read_weights``, or for a LoRA adapter's file its merged updates (``adapter.from_state``)."""
     state, digest = read_weights(path, sha256)
-    meta = metadata(weights_file(path))
+    meta = {} if shards.is_sharded(weights_file(path)) else metadata(weights_file(path))
     if "peft_config" not in meta:
         return state, digest
     try:

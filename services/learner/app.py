@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from voltbus.services.clients.store import connect
-from voltbus.services.settings import Settings
+from voltbus.services.settings import Settings, TorchrunEnvironment
 
-from .backend import check_backend
+from .backend import check_backend, rank_actor
 from .session import LearnerError, Session, new_run_id
 
 
@@ -49,12 +50,37 @@ def refuse_early(settings: Settings, tasks: list[Any]) -> None:
 
 async def run(settings: Settings, tasks: list[Any], say: Callable[[str], None]) -> str:
     """Train (or continue) the run named in the settings, validating before and after when asked;
-    returns its id. A run that already finished is reported and left as it is."""
-    from .grpo.loop import GRPO  # torch from here on
+    returns its id. A run that already finished is reported and left as it is. Started by ``torchrun`` with
+    ``WORLD_SIZE`` > 1: the update is data parallel over the ranks (``ranked``)."""
+    refuse_early(settings, tasks)
+    env = TorchrunEnvironment()
+    if env.world_size > 1:
+        return await ranked(settings, env, tasks, say)
+    return await train(settings, tasks, say)
+
+
+async def ranked(settings: Settings, env: TorchrunEnvironment, tasks: list[Any], say: Callable[[str], None]) -> str:
+    """One of ``torchrun``'s ranks (docs/learning.md "Several devices"): rank 0 trains as one learner does, sharing
+    each update with the others; the others only follow its updates (they never touch the bus)."""
+    from .grpo import ranks
+
+    await asyncio.to_thread(ranks.start, env, settings.learner)
+    if env.rank > 0:
+        say(f"rank {env.rank} of {env.world_size}: following rank 0's updates")
+        await asyncio.to_thread(ranks.follow, settings.learner, rank_actor)
+        return settings.learner.run_id or ""
+    say(f"rank 0 of {env.world_size}: each update is shared with {env.world_size - 1} more ranks")
+    run_id = await train(settings, tasks, say)
+    ranks.stop()  # not on an error: torchrun ends the other ranks when rank 0 fails
+    return run_id
+
+
+async def train(settings: Settings, tasks: list[Any], say: Callable[[str], None]) -> str:
+    """The run on this process (rank 0 of several, or the only one)."""
+    from .grpo.loop import GRPO
     from .grpo.validate import validate
 
     s = settings.learner
-    refuse_early(settings, tasks)
     run_id = s.run_id or new_run_id()
     val = load_tasks(s.val_tasks) if s.val_tasks else []
     say(f"run {run_id} (continue it with --run-id {run_id}); projector {settings.projector.url}")

@@ -1,5 +1,6 @@
 """Which actor backend a learner step runs: checked before a learner starts (no torch import here), and
-loaded: the one place that picks ``grpo.actor.TorchActor`` (CPU torch) or ``verl.actor.VerlActor``."""
+loaded: the one place that picks ``grpo.actor.TorchActor`` (CPU torch) or ``verl.actor.VerlActor``, and on several
+ranks their data-parallel forms (``grpo/ranks.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from .session import LearnerError
 
 if TYPE_CHECKING:
     from .grpo.actor import Actor
+    from .grpo.ranks import Member
 
 DOC = 'docs/learning.md "LoRA"'
 GPU_HINT = "pip install 'voltbus[gpu]' (verl 0.9.1, vLLM 0.24.0, torch 2.11.0) on a machine with an NVIDIA GPU"
@@ -47,6 +49,10 @@ def check_lora(settings: LearnerSettings) -> None:
 def load_actor(settings: LearnerSettings, checkpoint: Path | None = None) -> Actor:
     """The backend's actor, from the starting model or from the version saved at ``checkpoint``."""
     check_backend(settings)
+    from .grpo import ranks
+
+    if ranks.world_size() > 1:  # started by torchrun: this is rank 0 (the others follow in ranks.follow)
+        return ranks.DataParallelActor(settings, checkpoint, rank_actor)
     if settings.backend == "verl":
         from .verl.actor import VerlActor
 
@@ -55,3 +61,16 @@ def load_actor(settings: LearnerSettings, checkpoint: Path | None = None) -> Act
     from .grpo.policy import Policy
 
     return TorchActor(Policy.load(settings, checkpoint))
+
+
+def rank_actor(settings: LearnerSettings, checkpoint: Path | None) -> Member:
+    """The backend's actor on one of several ranks (``grpo/ranks.py``): verl's FSDP engine, which is data parallel
+    itself (every rank reads ``checkpoint``), or the CPU policy's share (rank 0 reads it and gives the others its
+    state)."""
+    if settings.backend == "verl":
+        from .verl.actor import VerlActor
+
+        return VerlActor(settings, checkpoint)
+    from .grpo.ranks import TorchShare
+
+    return TorchShare(settings, checkpoint)

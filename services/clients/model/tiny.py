@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
+from . import shards
 from .tokenizer import build_tokenizer
 
 WEIGHTS_FILE = "model.safetensors"
@@ -39,11 +39,15 @@ def build_tiny_model(seed: int = 0) -> LlamaForCausalLM:
     return model.float().eval()
 
 
-def save_model_dir(model: LlamaForCausalLM, tok: PreTrainedTokenizerBase, path: str | Path) -> Path:
-    """Write ``config.json``, ``model.safetensors``, ``generation_config.json`` and the tokenizer files."""
+def save_model_dir(
+    model: LlamaForCausalLM, tok: PreTrainedTokenizerBase, path: str | Path, max_shard_bytes: int | None = None
+) -> Path:
+    """Write ``config.json``, ``model.safetensors``, ``generation_config.json`` and the tokenizer files; weights
+    larger than ``max_shard_bytes`` as shards and their index (``shards.py``)."""
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
+    shard = {"max_shard_size": max_shard_bytes} if max_shard_bytes else {}
+    model.save_pretrained(out, safe_serialization=True, **shard)
     tok.save_pretrained(out)
     return out
 
@@ -61,12 +65,5 @@ def load_model_dir(path: str | Path, device: str = "cpu") -> tuple[LlamaForCausa
 
 
 def weights_sha256(path: str | Path) -> str:
-    """SHA-256 of a weights file (or of a model directory's ``model.safetensors``), as hex."""
-    file = Path(path)
-    if file.is_dir():
-        file = file / WEIGHTS_FILE
-    digest = hashlib.sha256()
-    with file.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """SHA-256 of a weights file or a model directory's weights (a sharded set's: ``shards.weights_sha256``), as hex."""
+    return shards.weights_sha256(path)

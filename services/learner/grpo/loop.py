@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import statistics
 import time
@@ -25,7 +24,7 @@ import httpx
 from voltbus.schemas.resources import ProxyLLM, WeightsRef
 from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.schemas.training import StepStarted
-from voltbus.services.clients.model import weights_sha256
+from voltbus.services.clients.model import shards, weights_sha256
 from voltbus.services.clients.store import EnqueueRolloutRequest
 from voltbus.services.settings import LearnerSettings
 
@@ -38,7 +37,7 @@ from .actor import Actor
 from .batch import prepare, version_number
 from .lora import ref_fields
 from .objective import group_advantages
-from .policy import WEIGHTS, initial_weights, version_file
+from .policy import initial_weights, version_file
 from .rows import batch_rows
 
 log = logging.getLogger(__name__)
@@ -99,9 +98,15 @@ class GRPO:
                 return f"{session.run_id}:{latest.version}"
         s = self.settings
         uri = str(weights)
-        size = await asyncio.to_thread(os.path.getsize, weights)
+        size = await asyncio.to_thread(shards.weights_size, weights)
         if size <= s.weights_in_bus_mb * 1024 * 1024:  # in the bus: servable from any machine
-            uri = await session.store.log.put_weights(f"{session.run_id}/{sha256[:16]}.safetensors", weights)
+            name = f"{session.run_id}/{sha256[:16]}"
+            if shards.is_sharded(weights):  # the shards as one tar, whose sha256 names the set
+                uri = await session.store.log.put_weights(
+                    f"{name}.tar", await asyncio.to_thread(shards.packed, weights)
+                )
+            else:
+                uri = await session.store.log.put_weights(f"{name}.safetensors", weights)
         ref = WeightsRef(uri=uri, sha256=sha256, **await asyncio.to_thread(ref_fields, weights))  # LoRA: an adapter
         llm = ProxyLLM(endpoint=s.gateway_url, model=vllm_lora.served_name(s, weights, sha256), weights=ref)
         update_ = await session.store.update_resources(session.run_id, {**self.extra, "main_llm": llm})
@@ -178,7 +183,7 @@ class GRPO:
         if saved is None or not resources_id:
             log.warning("learner: no checkpoint of %s to push to vLLM; its servers keep what they serve", resources_id)
             return
-        await vllm_push.push(self.settings, resources_id, saved / WEIGHTS)
+        await vllm_push.push(self.settings, resources_id, version_file(saved))
 
     async def record_saved_step(self, session: Session, history: History) -> History:
         """A learner killed after saving a step's update but before recording the step: publish the

@@ -59,17 +59,24 @@ class BaseView:
         return self.model.get_base_model()
 
 
-def save(model: Any, folder: Path, base_sha256: str) -> Path:
-    """Write the adapter's tensors and config into ``folder``; returns the tensors' file."""
+def adapter_state(model: Any) -> dict[str, Any]:
+    """The adapter's tensors, whole and on the CPU (verl's FSDP2 engine holds DTensors: each is gathered from
+    every rank, so with several ranks every rank calls this)."""
     from peft import get_peft_model_state_dict
 
+    state = get_peft_model_state_dict(model)
+    return {
+        k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().contiguous() for k, v in state.items()
+    }
+
+
+def save(model: Any, folder: Path, base_sha256: str, tensors: dict[str, Any] | None = None) -> Path:
+    """Write the adapter's tensors (``tensors``, else ``adapter_state(model)``) and config into ``folder``;
+    returns the tensors' file."""
+    tensors = adapter_state(model) if tensors is None else tensors
     folder.mkdir(parents=True, exist_ok=True)
     config = model.peft_config["default"]
     config.save_pretrained(folder)
-    state = get_peft_model_state_dict(model)  # verl's FSDP2 engine holds DTensors: gathered whole, on the CPU
-    tensors = {
-        k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().contiguous() for k, v in state.items()
-    }
     meta = {"format": "pt", "peft_config": json.dumps(config.to_dict(), default=list), "base_sha256": base_sha256}
     save_file(tensors, folder / ADAPTER, metadata=meta)
     (folder / ADAPTER).chmod(0o644)  # inference servers may run as another user

@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -89,9 +89,12 @@ class Batch:
     """Per-position weight (token weight × target)."""
 
 
-def collate(rows: Sequence[Row], advantages: Mapping[str, float], pad_id: int) -> Batch:
-    """Pad ``rows`` into one batch; logprob and weight at position t belong to token t+1."""
-    weights = token_weights(rows)
+def collate(
+    rows: Sequence[Row], advantages: Mapping[str, float], pad_id: int, weights: Sequence[float] | None = None
+) -> Batch:
+    """Pad ``rows`` into one batch; logprob and weight at position t belong to token t+1. ``weights``: the rows'
+    token weights when they are a share of a larger batch (``ranks.py``); default ``token_weights(rows)``."""
+    weights = token_weights(rows) if weights is None else weights
     width = max(len(r.prompt_ids) + len(r.response_ids) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attention = torch.zeros(len(rows), width, dtype=torch.long)
@@ -170,22 +173,29 @@ def update(
     max_grad_norm: float = 1.0,
     ref_model: PreTrainedModel | None = None,
     kl_coef: float = 0.0,
+    weights: Sequence[float] | None = None,
+    sync: Callable[[PreTrainedModel], None] | None = None,
 ) -> dict[str, float]:
     """``epochs`` optimizer steps on the whole batch (rows with zero advantage still count in the mean);
-    returns the last epoch's statistics plus the tokens trained."""
-    batch = collate(rows, advantages, pad_id)
+    returns the last epoch's statistics plus the tokens trained. Data parallel (``ranks.py``): ``rows`` are this
+    rank's share (maybe none), ``weights`` their token weights in the whole batch, and ``sync`` sums the gradients
+    over the ranks after each backward pass, so every rank steps with the whole batch's gradient."""
+    batch = collate(rows, advantages, pad_id, weights) if rows else None
     ref = None
-    if ref_model is not None and kl_coef > 0:
+    if batch is not None and ref_model is not None and kl_coef > 0:
         with torch.no_grad():
             ref = policy_logprobs(ref_model, batch)
     model.train()
     stats: dict[str, float] = {}
     for _ in range(epochs):
-        loss, stats = ppo_loss(policy_logprobs(model, batch), batch, clip, ref, kl_coef)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if batch is not None:
+            loss, stats = ppo_loss(policy_logprobs(model, batch), batch, clip, ref, kl_coef)
+            loss.backward()
+        if sync is not None:
+            sync(model)
         stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
         optimizer.step()
     model.eval()
-    stats["tokens"] = float(batch.targets.sum())
+    stats["tokens"] = float(batch.targets.sum()) if batch is not None else 0.0
     return stats

@@ -24,7 +24,7 @@ import msgspec
 import pyarrow as pa
 
 from voltbus.services.clients.store import connect
-from voltbus.services.settings import Settings
+from voltbus.services.settings import Settings, TorchrunEnvironment
 
 from ..backend import check_backend, load_actor
 from ..session import LearnerError, Session, new_run_id
@@ -73,6 +73,8 @@ async def train_offline(
     """Train a new run on the selection; returns its id, the dataset hash and the per-step metrics."""
     s = settings.learner
     check_backend(s)  # a missing verl or GPU fails before anything is read or recorded
+    if TorchrunEnvironment().world_size > 1:  # each rank would train and record a run of its own
+        raise LearnerError("voltbus train --offline runs on one rank: start it without torchrun")
     run_id = s.run_id or new_run_id()
     store = await connect(settings=settings.nats, name="voltbus-learner-offline")
     session = Session(store, run_id, settings.projector)

@@ -1,7 +1,8 @@
 """The policy being trained: the model, its optimizer, and the files each version is saved to.
 
 A version is a directory ``<weights_dir>/<run_id>/step-<n>/`` holding ``model.safetensors`` (what
-inference servers load, referenced by its sha256 from the resources event), ``optimizer.pt``, and
+inference servers load, referenced by its sha256 from the resources event; above ``shard_mb``, shards and their
+index, ``shards.py``), ``optimizer.pt``, and
 the model's config and tokenizer, so the directory is also a model directory that can be served
 again. Resuming after step n loads that directory, optimizer included. Only the two newest versions keep
 ``optimizer.pt`` (``keep_optimizers``); older ones keep their weights. With ``lora_rank > 0`` (``lora.py``) the
@@ -19,6 +20,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from voltbus.services.clients.model import load_model_dir, save_model_dir, weights_sha256
+from voltbus.services.clients.model.shards import is_sharded, shard_files, weights_path
 from voltbus.services.settings import LearnerSettings
 
 from . import lora
@@ -43,8 +45,8 @@ def keep_optimizers(folder: Path) -> None:
 
 
 def version_file(folder: Path) -> Path:
-    """The weights file of a saved version: the adapter's (LoRA) or the model's."""
-    return folder / lora.ADAPTER if (folder / lora.ADAPTER).is_file() else folder / WEIGHTS
+    """The weights file of a saved version: the adapter's (LoRA), the model's, or its shards' index."""
+    return folder / lora.ADAPTER if (folder / lora.ADAPTER).is_file() else weights_path(folder)
 
 
 def _step(folder: Path) -> int | None:
@@ -94,8 +96,10 @@ class Policy:
         if self.settings.lora_rank:
             file = lora.save(self.model, folder, self.base_sha256)
         else:
-            file = save_model_dir(self.model, self.tok, folder) / WEIGHTS
-            file.chmod(0o644)  # safetensors writes 0600; inference servers may run as another user
+            shard = int(self.settings.shard_mb * 1024 * 1024)
+            file = weights_path(save_model_dir(self.model, self.tok, folder, shard))
+            for written in shard_files(file) if is_sharded(file) else [file]:
+                written.chmod(0o644)  # safetensors writes 0600; inference servers may run as another user
         torch.save(self.optimizer.state_dict(), folder / OPTIMIZER)
         keep_optimizers(folder)
         return file, weights_sha256(file)
@@ -105,5 +109,5 @@ def initial_weights(settings: LearnerSettings) -> tuple[Path, str]:
     """The starting model's weights file and digest (version 1 of a run)."""
     if settings.model_dir is None:
         raise ValueError("the learner needs a starting model: set learner.model_dir (voltbus model init)")
-    path = Path(settings.model_dir) / WEIGHTS
+    path = weights_path(settings.model_dir)  # model.safetensors, or the index of its shards
     return path, weights_sha256(path)

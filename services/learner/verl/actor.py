@@ -1,4 +1,4 @@
-"""The GPU path's actor: verl 0.9.1's training engine (FSDP2, one CUDA GPU, one process, no Ray).
+"""The GPU path's actor: verl 0.9.1's training engine (FSDP2 on one CUDA GPU, or over ``torchrun``'s ranks; no Ray).
 
 verl 0.9.1 has no ``DataParallelPPOActor`` any more: its PPO trainer drives a ``TrainingWorker``
 (``verl/workers/engine_workers.py``) whose engine is picked by strategy (``fsdp2`` here) and whose
@@ -35,12 +35,12 @@ from typing import Any
 
 import torch
 
-from voltbus.services.clients.model import weights_sha256
+from voltbus.services.clients.model import shards, weights_sha256
 from voltbus.services.settings import LearnerSettings
 
 from ..grpo import lora
 from ..grpo.objective import Row, token_weights
-from ..grpo.policy import OPTIMIZER, WEIGHTS, keep_optimizers
+from ..grpo.policy import OPTIMIZER, keep_optimizers
 from .batch import to_verl_batch
 
 MODEL_FILES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".safetensors.index.json", ".bin.index.json")
@@ -255,6 +255,34 @@ def adapter_to_resume(checkpoint: Path, base_sha256: str) -> Path:
     return checkpoint
 
 
+def _rank() -> tuple[int, int]:
+    """This process's rank and the number of ranks (0 of 1 without a process group)."""
+    import torch.distributed as dist
+
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
+def share_fields(fields: dict[str, torch.Tensor], rank: int, ranks: int) -> dict[str, torch.Tensor]:
+    """This rank's rows of the padded batch (every ``ranks``-th), filled up to the same count on every rank (verl's
+    mini-batch is split evenly) with copies of row 0 that train nothing (no response token, no weight).
+
+    >>> fields = {"response_mask": torch.ones(3, 2), "advantages": torch.ones(3, 2), "input_ids": torch.arange(3)}
+    >>> share_fields(fields, 1, 2)["input_ids"].tolist(), share_fields(fields, 1, 2)["response_mask"].tolist()
+    ([1, 0], [[1.0, 1.0], [0.0, 0.0]])
+    """
+    n = next(iter(fields.values())).shape[0]
+    index = list(range(rank, n, ranks))
+    out = {k: v[index] for k, v in fields.items()}
+    missing = -(-n // ranks) - len(index)
+    if missing:
+        filler = {k: v[:1].repeat(missing, *([1] * (v.dim() - 1))) for k, v in fields.items()}
+        for key in ("response_mask", "advantages", "rollout_is_weights", "old_log_probs"):
+            if key in filler:
+                filler[key] = torch.zeros_like(filler[key])
+        out = {k: torch.cat([out[k], filler[k]]) for k in out}
+    return out
+
+
 class VerlActor:
     """verl's FSDP2 training engine on one GPU, with verl's PPO loss (see the module docstring)."""
 
@@ -289,15 +317,19 @@ class VerlActor:
             log.warning("verl actor: %s has no %s; resuming with a fresh optimizer state", checkpoint, OPTIMIZER)
 
     def update(self, rows: Sequence[Row], advantages: Mapping[str, float]) -> dict[str, float]:
+        """One update on the whole batch; with several ranks (``grpo/ranks.py``) every rank passes the batch and
+        trains its share of the rows (verl's FSDP engine sums the gradients)."""
         from verl.utils import tensordict_utils as tu
         from verl.workers.config import FSDPActorConfig
         from verl.workers.utils.losses import ppo_loss
         from verl.workers.utils.padding import left_right_2_no_padding
 
         fields, skipped = update_fields(rows, advantages, self.pad_id)
+        tokens = float(fields["response_mask"].sum())  # the whole batch's
+        rank, ranks = _rank()
+        fields = share_fields(fields, rank, ranks)
         n, longest = fields["input_ids"].shape[0], int(fields["attention_mask"].sum(dim=1).max())
-        meta = update_meta(n, longest, self.settings, self.pad_id)
-        tokens = float(fields["response_mask"].sum())
+        meta = update_meta(n * ranks, longest, self.settings, self.pad_id)
         config = self.loss_config
         if self.reference is not None:
             fields["ref_log_prob"] = self.reference.log_probs(fields, meta)
@@ -312,25 +344,35 @@ class VerlActor:
         stats["rows_skipped"] = float(skipped)
         return stats
 
-    def save(self, run_id: str, step: int) -> tuple[Path, str]:
-        from safetensors.torch import save_file
+    def save(self, run_id: str, step: int) -> tuple[Path, str] | None:
+        """Write the version (above ``shard_mb`` as shards); with several ranks every rank gathers the weights and
+        optimizer state with the others, rank 0 writes them and the others return None."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         engine = self.worker.engine
+        first = _rank()[0] == 0
+        if self.settings.lora_rank:  # the adapter only, as the CPU learner writes it; gathered on every rank
+            state = lora.adapter_state(engine.module)
+        else:
+            params, _ = engine.get_per_tensor_param()  # FSDP: each full tensor is gathered from every rank
+            tied = bool(self.config.get("tie_word_embeddings", False))
+            state = export_state(params, config_dtype(self.config), tied) if first else {}
+            if not first:
+                for _ in params:  # take part in each gather
+                    pass
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # the full state on rank 0 only
+        optimizer = get_optimizer_state_dict(engine.module, engine.optimizer, options=options)
+        if not first:
+            return None
         folder = Path(self.settings.weights_dir) / run_id / f"step-{step}"
-        if self.settings.lora_rank:  # the adapter only, as the CPU learner writes it
-            weights = lora.save(engine.module, folder, self.base_sha256)
+        if self.settings.lora_rank:
+            file = lora.save(engine.module, folder, self.base_sha256, state)
         else:
             copy_model_files(self.source, folder)
-            params, _ = engine.get_per_tensor_param()
-            tied = bool(self.config.get("tie_word_embeddings", False))
-            weights = folder / WEIGHTS
-            save_file(export_state(params, config_dtype(self.config), tied), weights, metadata={"format": "pt"})
-            weights.chmod(0o644)  # save_file writes 0600; servers may run as another user
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        torch.save(get_optimizer_state_dict(engine.module, engine.optimizer, options=options), folder / OPTIMIZER)
+            file = shards.save_state(state, folder, int(self.settings.shard_mb * 1024 * 1024))
+        torch.save(optimizer, folder / OPTIMIZER)
         keep_optimizers(folder)  # ~8 bytes per parameter each: the versions a resume may start from only
-        return weights, weights_sha256(weights)
+        return file, weights_sha256(file)
 
     def _load_optimizer(self, path: Path) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict

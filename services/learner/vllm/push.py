@@ -53,11 +53,11 @@ ADMIN_TIMEOUT_S = 30.0
 def version_dir(weights: str | Path) -> str:
     """The directory vLLM reloads: the version's directory (its ``model.safetensors`` file names it).
 
-    >>> version_dir("/w/run/step-3/model.safetensors"), version_dir("/w/run/step-3")
+    >>> version_dir("/w/run/step-3/model.safetensors"), version_dir("/w/run/step-3/model.safetensors.index.json")
     ('/w/run/step-3', '/w/run/step-3')
     """
     path = Path(weights)
-    return str(path.parent if path.suffix == ".safetensors" else path)
+    return str(path.parent if path.suffix == ".safetensors" or path.name.endswith(".safetensors.index.json") else path)
 
 
 @dataclass

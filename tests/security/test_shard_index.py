@@ -29,7 +29,9 @@ def tampered(sharded: Path, tmp_path: Path, name: str) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("name", ["../outside.safetensors", "/etc/passwd", "sub/model.safetensors", "missing.safetensors"])
+@pytest.mark.parametrize(
+    "name", ["../outside.safetensors", "/etc/passwd", "sub/model.safetensors", "missing.safetensors"]
+)
 def test_an_index_naming_a_shard_outside_its_directory_is_refused(sharded: Path, tmp_path: Path, name: str) -> None:
     (tmp_path / "outside.safetensors").write_bytes((sharded / shards.shard_files(sharded)[1].name).read_bytes())
     folder = tampered(sharded, tmp_path, name)

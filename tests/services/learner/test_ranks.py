@@ -22,10 +22,11 @@ def test_two_ranks_give_the_update_of_one(policy_dir: Path, tmp_path: Path, rows
     moved = differences(single, {k: start.get(k, single[k]) for k in single})
     assert float(moved.mean()) > 5e-4  # each epoch moves a weight by about lr (1e-3): Adam's first steps
     # The float sums differ in order, and Adam turns a near-zero gradient's noise into a step of up to lr: a few
-    # weights in 10^5 differ by ~1e-5, the rest by ~1e-9 (measured). Summing gradients over the wrong rows, or
-    # only rank 0's, moves every weight differently.
+    # weights in 10^5 differ by ~1e-5 (one by 1.1e-4 once the output layer ran at the sampled positions only),
+    # the rest by ~1e-9 (measured). Summing gradients over the wrong rows, or only rank 0's, moves every weight
+    # differently: the mean catches it.
     apart = differences(rank0, single)
-    assert float(apart.max()) < 1e-4 and float(apart.mean()) < 1e-7
+    assert float(apart.max()) < 5e-4 and float(apart.mean()) < 1e-7
     assert (
         float(differences(rank0, {k: rank1[k] for k in rank0}).max()) == 0.0
     )  # every rank stepped with the same summed gradient

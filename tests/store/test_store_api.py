@@ -579,9 +579,7 @@ async def test_add_many_spans_across_attempts(store: Store) -> None:
     assert (await store.get_rollout_by_id(rid)).status == "running"  # type: ignore[union-attr]
 
 
-async def test_attempts_seen_alive_are_remembered_up_to_a_bound(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_attempts_seen_alive_are_remembered_up_to_a_bound(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """A long-lived client (``voltbus store``) records spans of every attempt: it keeps only the most recent ones it
     saw alive, and one forgotten is checked again at its next span (issue 25: no state per attempt forever)."""
     monkeypatch.setattr(spans_module, "RUNNING_KEPT", 2, raising=False)

@@ -149,9 +149,11 @@ class Services:
         }
         self.tmp, self.procs, self.slots, self.data = tmp, procs, slots, data
         self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self.started: dict[str, float] = {}
 
     def start(self, name: str, *args: str) -> None:
         log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        self.started[name] = time.time()
         self.running[name] = subprocess.Popen([VOLTBUS, *args], env=self.env, stdout=log, stderr=log, cwd=ROOT)
 
     def __enter__(self) -> Services:
@@ -210,12 +212,10 @@ class Services:
 
     @property
     def catch_up_s(self) -> float | None:
-        """Seconds from the coordinator's first log line to its "caught up" line (None: not found)."""
+        """Seconds from the coordinator's start to its "caught up" log line (None: not yet)."""
         lines = (self.tmp / "coordinator.log").read_text(errors="replace").splitlines()
-        stamps = [(line, _stamp(line)) for line in lines]
-        stamps = [(line, t) for line, t in stamps if t is not None]
-        done = [t for line, t in stamps if "caught up" in line]
-        return round(done[0] - stamps[0][1], 2) if done and stamps else None
+        done = [t for line in lines if "caught up" in line and (t := _stamp(line)) is not None]
+        return round(done[0] - self.started["coordinator"], 2) if done else None
 
     def __exit__(self, *_: object) -> None:
         for proc in reversed(list(self.running.values())):

@@ -73,6 +73,9 @@ CREATE TABLE IF NOT EXISTS attempt_activity (
 -- An attempt's rows found by its id alone: a training refresh looks up a few attempts among all (the two-column key
 -- is not used for lookups; a join on it reads the whole table at every commit).
 CREATE INDEX IF NOT EXISTS attempt_activity_by_attempt ON attempt_activity (attempt_id);
+-- A rollout's attempts found by its id alone: where its spans lie in the stream (first_seq .. last_seq), which a store
+-- query reads instead of the whole spans table (queries/store.sql, query_spans).
+CREATE INDEX IF NOT EXISTS attempt_activity_by_rollout ON attempt_activity (rollout_id);
 
 -- name: SpanRecorded
 -- Append one row per recorded span.

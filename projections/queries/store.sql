@@ -1,9 +1,21 @@
 -- name: query_rollouts
 -- Rollouts matching Agent Lightning's filters (and/or), with their folded state; one page plus the total.
-WITH rollouts_with_state AS (
-    SELECT rollouts.*, rollout_states.state
-    FROM rollouts
-    JOIN rollout_states USING (rollout_id)
+-- An id list that must hold (and) is also a plain filter of both tables, which DuckDB answers from their keys' indexes:
+-- an algorithm's poll of its rollouts in flight reads those, not every rollout ever run (docs/store-queries.md).
+WITH picked AS (
+    SELECT * FROM rollouts
+    WHERE NOT ($use_rollout_id_in AND $logic = 'and') OR list_contains($rollout_id_in, rollout_id)
+),
+
+picked_states AS (
+    SELECT * FROM rollout_states
+    WHERE NOT ($use_rollout_id_in AND $logic = 'and') OR list_contains($rollout_id_in, rollout_id)
+),
+
+rollouts_with_state AS (
+    SELECT picked.*, picked_states.state
+    FROM picked
+    JOIN picked_states USING (rollout_id)
 ),
 
 conditions AS (
@@ -70,9 +82,16 @@ WITH latest AS (
     SELECT latest_attempt_id FROM rollouts WHERE rollout_id = $rollout_id
 ),
 
+-- Where the rollout's spans lie in the spans stream (every span row is counted in its attempt's activity, by the
+-- index on rollout_id): DuckDB then reads only the spans row groups of that range (zone maps on seq), not the table.
+bounds AS (
+    SELECT min(first_seq) AS lo, max(last_seq) AS hi FROM attempt_activity WHERE rollout_id = $rollout_id
+),
+
 scoped AS (
-    SELECT * FROM spans
-    WHERE rollout_id = $rollout_id
+    SELECT spans.* FROM spans, bounds
+    WHERE spans.seq BETWEEN bounds.lo AND bounds.hi
+        AND rollout_id = $rollout_id
         AND (
             $attempt_scope = 'all'
             OR ($attempt_scope = 'latest' AND attempt_id = (SELECT latest_attempt_id FROM latest))
@@ -204,8 +223,19 @@ SELECT
 -- Every span of a few finished rollouts, fetched together by a store client when its caller asks for the spans of
 -- one of them (Agent Lightning's algorithms query each finished rollout's spans in turn); with whether the span's
 -- attempt is its rollout's latest, in query_spans's default order within each rollout.
-SELECT spans.*, spans.attempt_id IS NOT DISTINCT FROM rollouts.latest_attempt_id AS latest
+-- Read as query_spans reads one rollout's: the rows in the range of stream positions of their activity (a batch finished
+-- together lies in a recent range), the rollouts by their key's index.
+WITH bounds AS (
+    SELECT min(first_seq) AS lo, max(last_seq) AS hi FROM attempt_activity WHERE list_contains($rollout_ids, rollout_id)
+),
+
+picked AS (
+    SELECT rollout_id, latest_attempt_id FROM rollouts WHERE list_contains($rollout_ids, rollout_id)
+)
+
+SELECT spans.*, spans.attempt_id IS NOT DISTINCT FROM picked.latest_attempt_id AS latest
 FROM spans
-JOIN rollouts USING (rollout_id)
+JOIN bounds ON spans.seq BETWEEN bounds.lo AND bounds.hi
+JOIN picked USING (rollout_id)
 WHERE list_contains($rollout_ids, spans.rollout_id)
 ORDER BY spans.rollout_id, spans.sequence_id NULLS LAST, spans.seq, spans.seq_index;

@@ -54,6 +54,8 @@ class Tally:
     polls: int = 0
     queries: int = 0
     bad: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    """The rollouts checked, in order."""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("rollouts", "spans", "seconds", "polls", "queries", "bad")}
@@ -78,6 +80,7 @@ async def settle(agl: Any, store: Any, rollout: Any, task: str, tally: Tally) ->
     tally.queries += 1
     tally.spans += len(spans)
     tally.rollouts += 1
+    tally.ids.append(rollout.rollout_id)
     if (reason := check(agl, spans, task, rollout.status)) is not None:
         tally.bad.append(reason)
 

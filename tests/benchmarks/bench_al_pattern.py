@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.benchmarks import store_agent
 from tests.benchmarks.al_pattern import SHAPES, Shape, run_pattern
@@ -58,6 +60,14 @@ class Result:
     spans: int
     bad: int
     cpu: dict[str, float] = field(default_factory=dict)
+    latency: dict[str, list[float]] = field(default_factory=dict)
+    """Seconds per call of each timed store method, in the run and in the probe after it (``probe_*``)."""
+    rss: dict[str, int] = field(default_factory=dict)
+    """Resident bytes of each service (with its children) at the end of the run."""
+    ready_s: float = 0.0
+    """From starting the services to the projector's first answer and the coordinator's catch-up with the log."""
+    notes: dict[str, Any] = field(default_factory=dict)
+    """The coordinator's catch-up time, the projector's DuckDB memory by tag (MiB), at the end of the run."""
 
     @property
     def cpu_ms_per_rollout(self) -> float:
@@ -85,10 +95,44 @@ def tree_cpu(pid: int) -> float:
     return sum(times.get(p, 0.0) for p in tree)
 
 
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a live process and all its live descendants (/proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    total = 0
+    for p in tree:
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total
+
+
+def _stamp(line: str) -> float | None:
+    """The time of a voltbus log line ("2026-12-06 14:05:35,607 ..."), or None."""
+    try:
+        return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return None
+
+
 class Services:
     """voltbus's processes for one run, started as its docs say; stopped (and their CPU read) on exit."""
 
-    def __init__(self, tmp: Path, shape: Shape, procs: int, slots: int) -> None:
+    def __init__(self, tmp: Path, shape: Shape, procs: int, slots: int, data: Path | None = None) -> None:
+        """``data``: where the store (``js/``) and the projection are, e.g. a synthetic log (default ``tmp``)."""
+        data = data or tmp
         self.port, self.sql_port = free_port(), free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self.projector_url = f"http://127.0.0.1:{self.sql_port}"
@@ -98,34 +142,41 @@ class Services:
             "VOLTBUS_NATS__URL": self.url,
             "VOLTBUS_PROJECTOR__PORT": str(self.sql_port),
             "VOLTBUS_PROJECTOR__URL": self.projector_url,
-            "VOLTBUS_PROJECTOR__DB": str(tmp / "projection.duckdb"),
+            "VOLTBUS_PROJECTOR__DB": str(data / "projection.duckdb"),
             "VOLTBUS_RUNNER__KEY_DIR": str(tmp / "keys"),
             "BENCH_MAX_ROUNDS": str(shape.rounds),
             "BENCH_SLEEP_S": str(shape.sleep_s),
         }
-        self.tmp, self.procs, self.slots = tmp, procs, slots
+        self.tmp, self.procs, self.slots, self.data = tmp, procs, slots, data
         self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self.started: dict[str, float] = {}
 
     def start(self, name: str, *args: str) -> None:
         log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        self.started[name] = time.time()
         self.running[name] = subprocess.Popen([VOLTBUS, *args], env=self.env, stdout=log, stderr=log, cwd=ROOT)
 
     def __enter__(self) -> Services:
-        self.start("nats", "nats", "--port", str(self.port), "--data-dir", str(self.tmp / "js"))
+        self.start("nats", "nats", "--port", str(self.port), "--data-dir", str(self.data / "js"))
         self.wait_port(self.port)
         self.start("coordinator", "coordinator")
         self.start("projector", "projector")
         for i in range(self.procs):
             self.start(f"runner{i}", "runner", "--agent", "tests.benchmarks.store_agent:agent", "-n", str(self.slots))
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600
         while True:
             try:
                 urllib.request.urlopen(self.projector_url + "/health", timeout=2).close()
                 break
             except OSError:
                 self.check_alive()
-                assert time.monotonic() < deadline, "the projector did not answer in 120 s"
+                assert time.monotonic() < deadline, "the projector did not answer in 600 s"
                 time.sleep(0.1)
+        while self.catch_up_s is None:  # the coordinator folds the whole control stream once at start: not timed
+            self.check_alive()
+            assert time.monotonic() < deadline, "the coordinator did not catch up in 600 s"
+            time.sleep(0.2)
+        self.ready_s = time.monotonic() - deadline + 600
         return self
 
     def check_alive(self) -> None:
@@ -152,6 +203,20 @@ class Services:
             out[group] = out.get(group, 0.0) + tree_cpu(proc.pid)
         return out
 
+    def rss(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name, proc in self.running.items():
+            group = "runners" if name.startswith("runner") else name
+            out[group] = out.get(group, 0) + tree_rss(proc.pid)
+        return out
+
+    @property
+    def catch_up_s(self) -> float | None:
+        """Seconds from the coordinator's start to its "caught up" log line (None: not yet)."""
+        lines = (self.tmp / "coordinator.log").read_text(errors="replace").splitlines()
+        done = [t for line in lines if "caught up" in line and (t := _stamp(line)) is not None]
+        return round(done[0] - self.started["coordinator"], 2) if done else None
+
     def __exit__(self, *_: object) -> None:
         for proc in reversed(list(self.running.values())):
             proc.terminate()
@@ -162,25 +227,84 @@ class Services:
                 proc.kill()
 
 
-async def voltbus_side(shape: Shape, poll_s: float, procs: int, slots: int, tag: str) -> Result:
+TIMED = ("query_spans", "query_rollouts", "wait_for_rollouts", "enqueue_rollout")
+
+
+class Timed:
+    """A store whose ``TIMED`` methods record each call's wall time (``latency``); the rest passes through."""
+
+    def __init__(self, store: Any, latency: dict[str, list[float]], prefix: str = "") -> None:
+        self._store, self._latency, self._prefix = store, latency, prefix
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+        if name not in TIMED:
+            return method
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await method(*args, **kwargs)
+            finally:
+                self._latency.setdefault(self._prefix + name, []).append(time.perf_counter() - start)
+
+        return timed
+
+
+async def probe(voltbus: Any, url: str, projector_url: str, ids: list[str], latency: dict[str, list[float]]) -> None:
+    """Each query of the pattern asked 100 times about ``ids`` (ended rollouts, old and new), by new clients:
+    ``query_rollouts`` and ``wait_for_rollouts`` of 128 of them, and ``query_spans`` of one by a client that saw none
+    of them finish (so it goes to the projector for that rollout alone, not through the batched fetch)."""
+    store = await voltbus.connect(url, projector_url=projector_url)
+    alone = await voltbus.connect(url, projector_url=projector_url)
+    timed, spans = Timed(store, latency, "probe_"), Timed(alone, latency, "probe_")
+    try:
+        for i in range(100):
+            wave = [ids[(i * 128 + k) % len(ids)] for k in range(128)]
+            await timed.query_rollouts(rollout_id_in=wave)
+            await timed.wait_for_rollouts(rollout_ids=wave, timeout=0.0)
+            await spans.query_spans(ids[(i * 7919) % len(ids)], attempt_id="latest")
+    finally:
+        await store.close()
+        await alone.close()
+
+
+async def old_ids(store: Any, n: int) -> list[str]:
+    """``n`` ids of rollouts already in the projection (a synthetic log's), or none."""
+    found = await store.query_rollouts(status_in=["succeeded"], limit=n)
+    return [r.rollout_id for r in found.items]
+
+
+async def voltbus_side(
+    shape: Shape, poll_s: float, procs: int, slots: int, tag: str, data: Path | None = None
+) -> Result:
     import voltbus
 
-    with tempfile.TemporaryDirectory(prefix="bench-al-") as tmp, Services(Path(tmp), shape, procs, slots) as svc:
+    latency: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-al-") as tmp, Services(Path(tmp), shape, procs, slots, data) as svc:
         store = await voltbus.connect(svc.url, projector_url=svc.projector_url)
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 600
             while len(await store.query_workers()) < 1:  # a runner is there to claim
                 svc.check_alive()
-                assert time.monotonic() < deadline, "no runner reported in 120 s"
+                assert time.monotonic() < deadline, "no runner reported in 600 s"
                 await asyncio.sleep(0.1)
+            before = await old_ids(store, 64)
             cpu0 = time.process_time()
-            tally = await run_pattern(voltbus, store, shape, poll_s)
+            tally = await run_pattern(voltbus, Timed(store, latency), shape, poll_s)
             algo = time.process_time() - cpu0
-            cpu = svc.cpu()
+            cpu, rss = svc.cpu(), svc.rss()
+            memory = await store._rows("SELECT tag, memory_usage_bytes AS b FROM duckdb_memory() WHERE b > 0", {})
+            catch_up = svc.catch_up_s
+            await probe(voltbus, svc.url, svc.projector_url, before + tally.ids, latency)
         finally:
             await store.close()
     cpu["algorithm"] = algo
-    return Result(f"voltbus {tag}", tally.rollouts / tally.seconds, tally.rollouts, tally.spans, len(tally.bad), cpu)
+    result = Result(f"voltbus {tag}", tally.rollouts / tally.seconds, tally.rollouts, tally.spans, len(tally.bad), cpu)
+    result.latency, result.rss = latency, rss
+    result.ready_s = svc.ready_s
+    result.notes = {"duckdb_mib": {r["tag"]: r["b"] >> 20 for r in memory}, "coordinator_catch_up_s": catch_up}
+    return result
 
 
 def al_side(shape: Shape, poll_s: float, al_python: str) -> Result:
@@ -255,6 +379,7 @@ async def scenario(shape: Shape, opts: argparse.Namespace) -> list[list[Result]]
     runs: list[list[Result]] = []
     for rep in range(opts.reps):
         sides = [side for side in opts.sides if side != "al" or opts.al_python]
+        sides += ["prefill"] if opts.prefill else []
         if rep % 2:
             sides.reverse()
         row = []
@@ -263,19 +388,36 @@ async def scenario(shape: Shape, opts: argparse.Namespace) -> list[list[Result]]
                 row.append(al_side(shape, opts.poll_s, opts.al_python))
             elif side == "runners":
                 row.append(await voltbus_side(shape, opts.poll_s, 1, shape.runners, "runners"))
-            else:
+            elif side == "slots":
                 row.append(await voltbus_side(shape, opts.poll_s, 2, slots_of(shape), "slots"))
+            else:  # against the synthetic log
+                row.append(await voltbus_side(shape, opts.poll_s, 2, slots_of(shape), "slots prefilled", opts.prefill))
             r = row[-1]
             print(
                 f"  {shape.name} rep {rep}: {r.side:18} {r.rate:7.1f} rollouts/s, {r.spans} spans, {r.bad} bad, "
                 f"CPU {r.cpu_ms_per_rollout:.1f} ms/rollout { ({k: round(v, 1) for k, v in r.cpu.items()}) }",
                 flush=True,
             )
+            if r.latency:
+                print(
+                    f"    {latencies(r)}\n    RSS MiB { ({k: v >> 20 for k, v in r.rss.items()}) }, "
+                    f"ready in {r.ready_s:.1f} s, {r.notes}",
+                    flush=True,
+                )
         if not opts.no_baseline:
             row.append(await no_store(shape, shape.runners))
             row.append(await no_store(shape, 2 * slots_of(shape)))
         runs.append(row)
     return runs
+
+
+def latencies(r: Result) -> str:
+    """p50 / p99 ms of each timed call."""
+    parts = []
+    for name, values in sorted(r.latency.items()):
+        q = statistics.quantiles(values, n=100) if len(values) > 1 else values * 99
+        parts.append(f"{name} p50 {1000 * statistics.median(values):.1f} p99 {1000 * q[98]:.1f} (n {len(values)})")
+    return "; ".join(parts)
 
 
 def summarize(shape: Shape, runs: list[list[Result]]) -> None:
@@ -304,6 +446,11 @@ def main() -> None:
     parser.add_argument("--scale", type=int, nargs="+", default=[1], help="multiply each scenario's rollouts")
     parser.add_argument("--sides", nargs="+", default=["al", "runners", "slots"], choices=["al", "runners", "slots"])
     parser.add_argument("--no-baseline", action="store_true", help="skip the no-store runs")
+    parser.add_argument(
+        "--prefill",
+        type=Path,
+        help="also run slots against this synthetic log (synthetic_log.py --dir, projected; it is appended to)",
+    )
     opts = parser.parse_args()
     for name in opts.scenarios:
         for scale in opts.scale:

@@ -23,6 +23,7 @@ from voltbus.schemas.errors import IllegalTransition, InvalidCommand, UnknownAtt
 from voltbus.schemas.resources import LLM, GenericResource, PromptTemplate
 from voltbus.schemas.rollouts import RolloutConfig
 from voltbus.schemas.spans import SpanRecorded
+from voltbus.services.clients.store import spans as spans_module
 from voltbus.services.eventlog.read import read_subject
 from voltbus.services.settings import NatsSettings
 from voltbus.store import (
@@ -576,6 +577,20 @@ async def test_add_many_spans_across_attempts(store: Store) -> None:
     attempts = await store.get_attempts(rid)
     assert [a.status for a in attempts] == ["preparing", "running"]  # only the latest moves
     assert (await store.get_rollout_by_id(rid)).status == "running"  # type: ignore[union-attr]
+
+
+async def test_attempts_seen_alive_are_remembered_up_to_a_bound(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-lived client (``voltbus store``) records spans of every attempt: it keeps only the most recent ones it
+    saw alive, and one forgotten is checked again at its next span (issue 25: no state per attempt forever)."""
+    monkeypatch.setattr(spans_module, "RUNNING_KEPT", 2, raising=False)
+    keys = [await started(store) for _ in range(3)]
+    for i, (rid, aid) in enumerate(keys):
+        await store.add_span(span(rid, aid, 1, span_id=f"{i + 1:016x}"))
+    assert list(store._running) == keys[1:]
+    rid, aid = keys[0]
+    await store.add_span(span(rid, aid, 2, span_id="00000000000000b1"))  # forgotten: checked and remembered again
+    assert list(store._running) == [*keys[2:], keys[0]]
+    assert [len(await stored_spans(store, r)) for r, _ in keys] == [2, 1, 1]
 
 
 async def test_add_span_repeat_is_stored_once(store: Store) -> None:

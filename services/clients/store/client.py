@@ -28,7 +28,7 @@ class Store(RolloutMethods, DispatchMethods, SpanMethods, ResourceMethods, Worke
 
     def __init__(self, log: EventLog, clock: Callable[[], float] = time.time) -> None:
         super().__init__(log, clock)
-        self._running = set()
+        self._running = {}
         self._dispatch_sub = None
         self._spare_dispatch = []
         self._known_workers = {}

@@ -26,6 +26,9 @@ from .views import span_event
 _NS = 1e9
 DEFAULT_LIMITS = NatsSettings()
 """Span size limits when a caller names none."""
+RUNNING_KEPT = 4096
+"""Attempts a store client remembers having seen alive, the most recent (a long-lived client, e.g. ``voltbus
+store``'s, records spans of every attempt ever run: issue 25); one forgotten is read again at its next span."""
 
 
 def _attrs(values: Any) -> dict[str, Any]:
@@ -114,7 +117,8 @@ def events_of(spans: Sequence[Span], limits: NatsSettings | None = None) -> list
 class SpanMethods(StoreBase):
     """Recording spans of attempts."""
 
-    _running: set[tuple[str, str]]
+    _running: dict[tuple[str, str], None]
+    """Attempts this client saw alive (and moved to running if it could), oldest first, at most ``RUNNING_KEPT``."""
 
     async def _seen_alive(self, rollout_id: str, attempt_id: str, at: float) -> None:
         """Check the attempt exists; the first sign of life moves a preparing attempt this client may change (one
@@ -128,7 +132,9 @@ class SpanMethods(StoreBase):
             raise UnknownAttempt(rollout_id, attempt_id)
         if attempt.status == "preparing" and attempt.holder_key in (None, self.holder.public):  # only its holder may
             await self._apply(rollout_id, MarkAttemptRunning(rollout_id=rollout_id, attempt_id=attempt_id, at=at))
-        self._running.add(key)
+        self._running[key] = None
+        while len(self._running) > RUNNING_KEPT:
+            self._running.pop(next(iter(self._running)))
 
     async def add_many_spans(self, spans: Sequence[Span]) -> list[Span]:
         """Record spans (a repeated span id of the same attempt is stored once); returns them."""

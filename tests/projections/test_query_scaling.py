@@ -1,0 +1,111 @@
+"""The store's queries read what they are about, not every row the projection ever got (issue 25): DuckDB's own
+account (``EXPLAIN (ANALYZE, FORMAT json)``) of the rows each scan read, on a projection of 100,000 rollouts with
+random ids whose spans fill several row groups."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from voltbus.projections import blocks
+from voltbus.services.clients.store.queries import _QUERIES, _filters, order_clause
+
+ROLLOUTS = 100_000
+SPANS_EACH = 4
+"""Spans per rollout, stored together in stream order (as a runner's flush stores them): 400,000 span rows."""
+ROW_GROUP = 122_880
+"""DuckDB's rows per row group: what it skips or reads at once."""
+
+
+@pytest.fixture(scope="module")
+def con(tmp_path_factory: pytest.TempPathFactory) -> duckdb.DuckDBPyConnection:
+    path: Path = tmp_path_factory.mktemp("scaling") / "projection.duckdb"
+    con = duckdb.connect(str(path))
+    for block in blocks.load()[0]:
+        con.execute(block.sql)
+    rid, aid = "'ro-' || substr(md5((i // 4)::VARCHAR), 1, 12)", "'at-' || substr(md5((i // 4)::VARCHAR), 13, 8)"
+    con.execute(
+        f"INSERT INTO spans BY NAME SELECT i AS seq, 'e' || i AS event_id, {rid} AS rollout_id, {aid} AS attempt_id,"
+        " i % 4 + 1 AS sequence_id, 't' || i AS trace_id, 's' || i AS span_id, 'n' AS name, 0 AS seq_index"
+        f" FROM range({ROLLOUTS * SPANS_EACH}) t(i)"
+    )
+    con.execute(
+        "INSERT INTO attempt_activity SELECT rollout_id, attempt_id, 0, count(*), min(seq), max(seq) FROM spans"
+        " GROUP BY ALL ORDER BY min(seq)"
+    )
+    con.execute(
+        "INSERT INTO rollouts BY NAME SELECT rollout_id, 'succeeded' AS status, first_seq AS start_time,"
+        " 1 AS attempt_count, attempt_id AS latest_attempt_id, last_seq FROM attempt_activity ORDER BY first_seq"
+    )
+    con.execute("INSERT INTO rollout_states SELECT rollout_id, '{}'::BLOB FROM rollouts ORDER BY start_time")
+    con.execute("CHECKPOINT")
+    return con
+
+
+def scans(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> dict[str, int]:
+    """Rows each table scan of ``sql`` read (summed per table), as DuckDB's profile reports them."""
+    [(_, text)] = con.execute("EXPLAIN (ANALYZE, FORMAT json) " + sql, params).fetchall()
+    read: dict[str, int] = {}
+
+    def walk(node: dict[str, Any]) -> None:
+        if node.get("type") == "TABLE_SCAN":
+            table = node["extra_info"]["Table"].rsplit(".", 1)[-1]
+            read[table] = read.get(table, 0) + int(node.get("rows_scanned", 0))
+        for child in node.get("children", []):
+            walk(child)
+
+    for node in json.loads(text)["operator"]:
+        walk(node)
+    return read
+
+
+def ids(con: duckdb.DuckDBPyConnection, first: int, n: int) -> list[str]:
+    """``n`` rollouts in stream order from the ``first``-th (a batch that finished together)."""
+    found = con.execute("SELECT rollout_id FROM rollouts ORDER BY start_time LIMIT ? OFFSET ?", [n, first])
+    return [r[0] for r in found.fetchall()]
+
+
+def test_query_spans_reads_the_stream_range_of_its_rollout(con: duckdb.DuckDBPyConnection) -> None:
+    [rid] = ids(con, ROLLOUTS // 2, 1)
+    sql = _QUERIES["query_spans"].replace("{order}", order_clause("query_spans", None, "asc"))
+    params = _filters(
+        "and",
+        **dict.fromkeys(["trace_id", "trace_id_contains", "span_id", "span_id_contains"]),
+        **dict.fromkeys(["parent_id", "parent_id_contains", "name", "name_contains"]),
+    ) | {"rollout_id": rid, "attempt_scope": "latest", "attempt_id": "", "limit": None, "offset": 0}
+    rows = con.execute(sql, params).fetchall()
+    assert len(rows) == SPANS_EACH
+    read = scans(con, sql, params)
+    assert read["spans"] <= ROW_GROUP, read  # one row group, not the table's 400,000 rows
+    assert read["attempt_activity"] < 100 and read["rollouts"] < 100, read  # by their indexes
+
+
+def test_a_poll_of_rollouts_in_flight_reads_them_by_index(con: duckdb.DuckDBPyConnection) -> None:
+    wanted = ids(con, 1000, 128)
+    sql = _QUERIES["query_rollouts"].replace("{order}", order_clause("query_rollouts", None, "asc"))
+    params = _filters("and", status_in=None, rollout_id_in=wanted, rollout_id_contains=None)
+    params |= {"limit": None, "offset": 0}
+    assert len(con.execute(sql, params).fetchall()) == 128
+    read = scans(con, sql, params)
+    assert read["rollouts"] <= 1024 and read["rollout_states"] <= 1024, read
+
+
+def test_or_logic_still_reads_every_rollout(con: duckdb.DuckDBPyConnection) -> None:
+    """With ``or`` the id list is not a filter of its own: every rollout is a candidate (and found)."""
+    sql = _QUERIES["query_rollouts"].replace("{order}", order_clause("query_rollouts", None, "asc"))
+    params = _filters("or", status_in=["succeeded"], rollout_id_in=ids(con, 0, 2), rollout_id_contains=None)
+    params |= {"limit": 5, "offset": 0}
+    rows = con.execute(sql, params).fetchall()
+    assert len(rows) == 5 and rows[0][-1] == ROLLOUTS  # the page, and the total: every rollout matched
+
+
+def test_spans_of_a_batch_finished_together_are_read_from_its_range(con: duckdb.DuckDBPyConnection) -> None:
+    wanted = ids(con, 70_000, 128)
+    rows = con.execute(_QUERIES["spans_of_finished"], {"rollout_ids": wanted}).fetchall()
+    assert len(rows) == 128 * SPANS_EACH
+    read = scans(con, _QUERIES["spans_of_finished"], {"rollout_ids": wanted})
+    assert read["spans"] <= 2 * ROW_GROUP and read["rollouts"] <= 1024, read

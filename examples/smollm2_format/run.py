@@ -27,10 +27,17 @@ LORA_RANK = 16
 version is a 20 MB adapter that the inference server merges in about a second, where full weights are 538 MB."""
 
 
+PASS_TOKENS = 1024
+"""The update goes through the model in passes of at most this many padded tokens (about 14 rows of a 72-token
+chat): the same update in less memory (``VOLTBUS_LEARNER__MAX_TOKENS_PER_PASS``, 0: the whole batch at once)."""
+
+
 def settings(namespace: str | None = None) -> Settings:
     s = example_settings("smollm2fmt", namespace)
     if "lora_rank" not in s.learner.model_fields_set:
         s.learner.lora_rank = LORA_RANK
+    if "max_tokens_per_pass" not in s.learner.model_fields_set:
+        s.learner.max_tokens_per_pass = PASS_TOKENS
     return s
 
 

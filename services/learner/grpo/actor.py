@@ -40,6 +40,7 @@ class TorchActor:
         return update(
             p.model, p.optimizer, rows, advantages, p.tok.pad_token_id,
             epochs=s.epochs, clip=s.clip, ref_model=p.reference, kl_coef=s.kl_coef,
+            max_tokens_per_pass=s.max_tokens_per_pass,
         )  # fmt: skip
 
     def save(self, run_id: str, step: int) -> tuple[Path, str]:

@@ -161,6 +161,27 @@ def ppo_loss(
     return loss, stats
 
 
+def passes(rows: Sequence[Row], max_tokens: int) -> list[list[int]]:
+    """Row indices in groups of at most ``max_tokens`` padded tokens (rows × the group's longest row), longest rows
+    first so that padding stays small; one group of all rows when ``max_tokens`` is 0; a row longer than
+    ``max_tokens`` goes alone.
+
+    >>> rows = [Row(str(i), [1] * n, [2], [1], [0.0]) for i, n in enumerate([3, 9, 5, 1])]
+    >>> passes(rows, 0), passes(rows, 20), passes(rows, 8)
+    ([[0, 1, 2, 3]], [[1, 2], [0, 3]], [[1], [2], [0, 3]])
+    """
+    if not max_tokens:
+        return [list(range(len(rows)))]
+    length = [len(r.prompt_ids) + len(r.response_ids) for r in rows]
+    groups: list[list[int]] = []
+    for i in sorted(range(len(rows)), key=lambda i: -length[i]):
+        if groups and (len(groups[-1]) + 1) * length[groups[-1][0]] <= max_tokens:  # its first row is its longest
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
 def update(
     model: PreTrainedModel,
     optimizer: torch.optim.Optimizer,
@@ -175,27 +196,49 @@ def update(
     kl_coef: float = 0.0,
     weights: Sequence[float] | None = None,
     sync: Callable[[PreTrainedModel], None] | None = None,
+    max_tokens_per_pass: int = 0,
 ) -> dict[str, float]:
     """``epochs`` optimizer steps on the whole batch (rows with zero advantage still count in the mean);
     returns the last epoch's statistics plus the tokens trained. Data parallel (``ranks.py``): ``rows`` are this
     rank's share (maybe none), ``weights`` their token weights in the whole batch, and ``sync`` sums the gradients
-    over the ranks after each backward pass, so every rank steps with the whole batch's gradient."""
-    batch = collate(rows, advantages, pad_id, weights) if rows else None
-    ref = None
-    if batch is not None and ref_model is not None and kl_coef > 0:
+    over the ranks after each backward pass, so every rank steps with the whole batch's gradient.
+    ``max_tokens_per_pass``: the batch goes through the model in passes of at most that many padded tokens, whose
+    gradients add up to the whole batch's (each token keeps its weight in the whole batch); 0: one pass."""
+    weights = token_weights(rows) if weights is None else weights
+    batches = [
+        collate([rows[i] for i in group], advantages, pad_id, [weights[i] for i in group])
+        for group in (passes(rows, max_tokens_per_pass) if rows else [])
+    ]
+    refs: list[torch.Tensor | None] = [None] * len(batches)
+    if ref_model is not None and kl_coef > 0:
         with torch.no_grad():
-            ref = policy_logprobs(ref_model, batch)
+            refs = [policy_logprobs(ref_model, b) for b in batches]
     model.train()
     stats: dict[str, float] = {}
     for _ in range(epochs):
         optimizer.zero_grad(set_to_none=True)
-        if batch is not None:
-            loss, stats = ppo_loss(policy_logprobs(model, batch), batch, clip, ref, kl_coef)
+        parts = []
+        for batch, ref in zip(batches, refs, strict=True):
+            loss, part = ppo_loss(policy_logprobs(model, batch), batch, clip, ref, kl_coef)
             loss.backward()
+            parts.append((part, float(batch.targets.sum())))
+        stats = _summed(parts)
         if sync is not None:
             sync(model)
         stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
         optimizer.step()
     model.eval()
-    stats["tokens"] = float(batch.targets.sum()) if batch is not None else 0.0
+    stats["tokens"] = float(sum(b.targets.sum() for b in batches))
     return stats
+
+
+def _summed(parts: list[tuple[dict[str, float], float]]) -> dict[str, float]:
+    """The statistics of the passes as of one pass: sums stay sums, means are weighted by sampled tokens."""
+    if len(parts) == 1:
+        return dict(parts[0][0])
+    tokens = sum(n for _, n in parts) or 1.0
+    out: dict[str, float] = {}
+    for key in parts[0][0] if parts else ():
+        values = [(p[key], n) for p, n in parts]
+        out[key] = sum(v for v, _ in values) if key in ("loss", "kl_ref") else sum(v * n for v, n in values) / tokens
+    return out

@@ -148,7 +148,7 @@ def shard_update(policy: Policy, rows: Sequence[Row], advantages: Mapping[str, f
     stats = update(
         p.model, p.optimizer, [rows[i] for i in mine], advantages, p.tok.pad_token_id,
         epochs=s.epochs, clip=s.clip, ref_model=p.reference, kl_coef=s.kl_coef,
-        weights=[weights[i] for i in mine], sync=sum_gradients,
+        weights=[weights[i] for i in mine], sync=sum_gradients, max_tokens_per_pass=s.max_tokens_per_pass,
     )  # fmt: skip
     tokens = stats["tokens"]
     names = ("loss", "kl_ref", "clip_fraction", "approx_kl_old")

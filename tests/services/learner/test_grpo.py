@@ -3,6 +3,7 @@ and a fixed problem where a few steps provably raise the expected reward."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from voltbus.model import build_tiny_model, build_tokenizer, sequence_logprobs
@@ -10,6 +11,7 @@ from voltbus.services.learner.grpo.objective import (
     Row,
     collate,
     group_advantages,
+    passes,
     policy_logprobs,
     ppo_loss,
     token_weights,
@@ -143,3 +145,30 @@ def test_a_model_without_logits_to_keep_gets_the_same_logprobs() -> None:
     on = batch.targets > 0
     with torch.no_grad():
         assert torch.allclose(policy_logprobs(Plain(), batch)[on], full_logprobs(model, batch)[on], atol=1e-5)
+
+
+def test_an_update_in_several_passes_is_the_update_in_one() -> None:
+    """Rows of different lengths split into passes of a few tokens: the same weights, loss, KL and means, to
+    float noise (each token keeps its weight in the whole batch)."""
+    reference = build_tiny_model(1)
+    problems = [("1+2=", "3"), ("12+7=", "19 ok"), ("9+9=", "18"), ("100+23=", "123 x"), ("5+5=", "10")]
+    results = []
+    for max_tokens in (0, 24):
+        model = build_tiny_model(0)
+        rows = [row(model, f"r{i}", p, r) for i, (p, r) in enumerate(problems)]
+        assert len(passes(rows, max_tokens)) == (1 if max_tokens == 0 else 3)
+        adv = {"r0": 1.0, "r1": -1.0, "r2": 0.5, "r3": -0.5, "r4": 0.0}
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        stats = update(
+            model, optimizer, rows, adv, TOK.pad_token_id,
+            epochs=2, ref_model=reference, kl_coef=0.1, max_tokens_per_pass=max_tokens,
+        )  # fmt: skip
+        results.append((stats, {k: v.detach().clone() for k, v in model.state_dict().items()}))
+    (one, w1), (many, w2) = results
+    assert one["tokens"] == many["tokens"] == 1 + 5 + 2 + 5 + 2
+    for key in ("loss", "kl_ref", "clip_fraction", "approx_kl_old", "grad_norm"):
+        assert many[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
+    assert one["kl_ref"] > 0 and abs(one["approx_kl_old"]) > 0  # the second epoch moved away from both
+    assert max(float((w1[k] - w2[k]).abs().max()) for k in w1) < 1e-4
+    moved = max(float((w1[k] - build_tiny_model(0).state_dict()[k]).abs().max()) for k in w1)
+    assert moved > 1e-4

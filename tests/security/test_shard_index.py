@@ -50,3 +50,29 @@ def test_the_digest_names_every_shard(sharded: Path, tmp_path: Path) -> None:
     last.write_bytes(bytes(data))
     with pytest.raises(WeightsError, match="sha256"):
         read_weights(folder, before)
+
+
+@pytest.mark.parametrize("kind", ["dotdot", "absolute", "symlink", "hardlink"])
+def test_a_packed_set_whose_members_leave_its_folder_is_refused(tmp_path: Path, kind: str) -> None:
+    """A ``.tar`` version from the bus (its digest matched) is extracted as plain files inside the scratch folder
+    only: a member named ``../x`` or a link to outside fails, ``/x`` lands inside; nothing is written outside."""
+    import io
+    import tarfile
+
+    archive, outside = tmp_path / "version.tar", tmp_path / "outside"
+    with tarfile.open(archive, "w") as tar:
+        info = tarfile.TarInfo({"dotdot": "../outside", "absolute": str(outside)}.get(kind, "link"))
+        if kind in ("symlink", "hardlink"):
+            info.type = tarfile.SYMTYPE if kind == "symlink" else tarfile.LNKTYPE
+            info.linkname = str(outside)
+            tar.addfile(info)
+        else:
+            info.size = 4
+            tar.addfile(info, io.BytesIO(b"evil"))
+    if kind == "absolute":  # the leading "/" is dropped: the file lands inside the scratch folder
+        shards.unpack(archive, tmp_path / "scratch")
+        assert (tmp_path / "scratch" / str(outside).lstrip("/")).read_bytes() == b"evil"
+    else:
+        with pytest.raises(tarfile.TarError):
+            shards.unpack(archive, tmp_path / "scratch")
+    assert not outside.exists()

@@ -67,7 +67,8 @@ class Result:
     ready_s: float = 0.0
     """From starting the services to the projector's first answer and the coordinator's catch-up with the log."""
     notes: dict[str, Any] = field(default_factory=dict)
-    """The coordinator's catch-up time, the projector's DuckDB memory by tag (MiB), at the end of the run."""
+    """The coordinator's catch-up time, the projector's DuckDB memory by tag (MiB), at the end of the run; each
+    service's CPU seconds in the run alone (``cpu`` counts their start too)."""
 
     @property
     def cpu_ms_per_rollout(self) -> float:
@@ -290,10 +291,11 @@ async def voltbus_side(
                 assert time.monotonic() < deadline, "no runner reported in 600 s"
                 await asyncio.sleep(0.1)
             before = await old_ids(store, 64)
-            cpu0 = time.process_time()
+            cpu0, started = time.process_time(), svc.cpu()
             tally = await run_pattern(voltbus, Timed(store, latency), shape, poll_s)
             algo = time.process_time() - cpu0
             cpu, rss = svc.cpu(), svc.rss()
+            in_run = {k: round(v - started.get(k, 0.0), 1) for k, v in cpu.items()}
             memory = await store._rows("SELECT tag, memory_usage_bytes AS b FROM duckdb_memory() WHERE b > 0", {})
             catch_up = svc.catch_up_s
             await probe(voltbus, svc.url, svc.projector_url, before + tally.ids, latency)
@@ -304,6 +306,7 @@ async def voltbus_side(
     result.latency, result.rss = latency, rss
     result.ready_s = svc.ready_s
     result.notes = {"duckdb_mib": {r["tag"]: r["b"] >> 20 for r in memory}, "coordinator_catch_up_s": catch_up}
+    result.notes["cpu_s_in_run"] = in_run  # the CPU above counts each service's start too (a long log's catch-up)
     return result
 
 

@@ -56,6 +56,12 @@ def check_token(kind: str, value: str) -> str:
     return value
 
 
+WHOLE_STREAM = ">"
+"""The consumer filter that reads a whole stream. A stream holds its namespace's subjects only, and the server creates
+a consumer on ``>`` at once, where a filter such as ``vb.>`` makes it match every subject the stream holds first:
+4.5 s on a control stream of 1,000,000 rollouts (2,000,000 subjects), past a client's request timeout under load."""
+
+
 class Topology(msgspec.Struct, frozen=True, kw_only=True):
     """Stream and subject names for one namespace.
 

@@ -16,7 +16,7 @@ from faststream.nats.security import NatsSecurity, NatsUserPassword
 from voltbus.schemas import codec
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import DecodeError
-from voltbus.schemas.subjects import Topology
+from voltbus.schemas.subjects import WHOLE_STREAM, Topology
 from voltbus.services.eventlog.connection import credentials
 from voltbus.services.eventlog.log import StreamName
 from voltbus.services.eventlog.records import BadEvent, Envelope
@@ -84,7 +84,7 @@ def log_subscriber(
     topology = Topology(namespace=settings.namespace)
     name = topology.control_stream if stream == "control" else topology.spans_stream
     return broker.subscriber(
-        subject or f"{topology.namespace}.>",
+        subject or WHOLE_STREAM,
         stream=JStream(name, declare=False),
         ordered_consumer=True,
         deliver_policy=DeliverPolicy.BY_START_SEQUENCE,

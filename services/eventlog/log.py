@@ -21,7 +21,7 @@ from voltbus.schemas import codec
 from voltbus.schemas.codec import AnyEvent
 from voltbus.schemas.errors import ConcurrencyConflict, PublishFailed, VoltbusError
 from voltbus.schemas.spans import items_of
-from voltbus.schemas.subjects import Topology, aggregate_of, subject_for
+from voltbus.schemas.subjects import WHOLE_STREAM, Topology, aggregate_of, subject_for
 
 from ..settings import NatsSettings
 from . import objects
@@ -255,7 +255,7 @@ class EventLog:
             return None  # nothing that recent: no need to ask a consumer
         start = ConsumerConfig(opt_start_time=dt.datetime.fromtimestamp(at, dt.UTC))
         sub = await self.js.subscribe(
-            f"{self.topology.namespace}.>",
+            WHOLE_STREAM,
             stream=name,
             ordered_consumer=True,
             deliver_policy=DeliverPolicy.BY_START_TIME,
@@ -273,7 +273,7 @@ class EventLog:
         """A batch reader of a stream for projectors (open it at a sequence, then take batches)."""
         name = self.topology.control_stream if stream == "control" else self.topology.spans_stream
         decode = codec.decode_control if stream == "control" else codec.decode_spans
-        return Feed(self.nc, self.js, name, f"{self.topology.namespace}.>", decode)
+        return Feed(self.nc, self.js, name, WHOLE_STREAM, decode)
 
     def replay(
         self,
@@ -292,7 +292,7 @@ class EventLog:
         """
         name = self.topology.control_stream if stream == "control" else self.topology.spans_stream
         decode = codec.decode_control if stream == "control" else codec.decode_spans
-        subjects = subject or f"{self.topology.namespace}.>"
+        subjects = subject or WHOLE_STREAM
         replay = replay_stream(self.js, name, subjects, decode, from_seq, from_time, to_seq, follow=follow)
         self._replays.add(replay)
         return replay

@@ -87,3 +87,29 @@ async def test_a_full_buffer_pauses_the_server(eventlog: EventLog, monkeypatch: 
         assert [i.seq for i in items] == list(range(1, 3001))
     finally:
         await f.close()
+
+
+async def test_readers_of_a_whole_stream_ask_the_server_for_every_subject(eventlog: EventLog) -> None:
+    """The feed, a replay and the time lookup create their consumers on ``>``, not on ``<namespace>.>``: on the
+    latter the server matches every subject the stream holds before the first delivery (4.5 s at 1,000,000
+    rollouts; a projector re-subscribed every 5 s and never caught up), on ``>`` it starts at once."""
+    await eventlog.append([queued("one")], expected_seq=0)
+    filters: set[str | None] = set()
+
+    async def seen() -> None:
+        for info in await eventlog.js.consumers_info(eventlog.topology.control_stream):
+            if info.config.durable_name is None:  # not the runners' dispatch consumer
+                filters.add(info.config.filter_subject)
+
+    f = await eventlog.feed("control").open(1)
+    try:
+        await take(f, 1)
+        await seen()
+    finally:
+        await f.close()
+    replay = eventlog.replay("control", follow=True)
+    assert isinstance(await anext(replay), Envelope)
+    await seen()
+    await replay.aclose()
+    assert await eventlog.first_seq_at("control", 0.0) == 1
+    assert filters == {">"}, filters

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -17,6 +18,8 @@ from voltbus.services.coordinator.tracker import Tracker
 from voltbus.services.eventlog import Envelope
 from voltbus.services.eventlog.streams import ensure_streams
 from voltbus.services.lifecycle import AttemptState, RolloutState
+from voltbus.services.ops.backup import backup
+from voltbus.services.ops.restore import restore
 from voltbus.services.settings import CoordinatorSettings, NatsSettings, Settings
 from voltbus.store import Store, connect
 
@@ -198,3 +201,27 @@ async def test_two_coordinators_snapshotting_at_once_leave_a_correct_fold(
     at = await snapshot.load(store, resumed)
     assert at > 0
     same(resumed, await fold(store, to_seq=at))
+
+
+async def test_after_a_restore_of_an_older_backup_the_snapshot_is_refused(
+    store: Store, nats_settings: NatsSettings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    await mixed_log(store, "kept")
+    await backup(store.log.nc, store.topology, tmp_path / "bk", lambda _: None)  # the snapshots are not in it
+    await mixed_log(store, "lost")
+    assert await snapshot.save(store, await fold(store), await last_seq(store), max_bytes=1 << 30)
+    await restore(store.log.nc, store.topology, tmp_path / "bk", lambda _: None, force=True)
+    restored = await connect(settings=nats_settings)
+    try:
+        for why, rollouts in (("past the stream's last sequence", 0), ("is not the one it was folded to", 30)):
+            for n in range(rollouts):  # the restored log goes on past the snapshot's sequence
+                await restored.enqueue_rollout({"after restore": n})
+            caplog.clear()
+            tracker = Tracker()
+            with caplog.at_level(logging.WARNING):
+                assert await snapshot.load(restored, tracker) == 0
+            assert why in caplog.text
+            await catch_up(restored, tracker, 0)
+            same(tracker, await fold(restored))
+    finally:
+        await restored.close()

@@ -122,16 +122,27 @@ def refusal(snap: Snapshot, stream: str, last_seq: int, mark: str | None) -> str
     return None
 
 
+async def fetch(store: Store, tries: int = 2) -> bytes:
+    """The latest snapshot's bytes. A read that loses a race with another coordinator's write (the chunks it read of
+    were replaced: a digest mismatch, or nothing left to read) is made again on the new snapshot."""
+    bucket = await store.log.js.object_store(store.topology.snapshots_bucket)
+    for attempt in range(tries):
+        info, buffer = await bucket.get_info(OBJECT), io.BytesIO()
+        try:
+            async with asyncio.timeout(10 + (info.size or 0) / 5e6):  # chunks purged under us: never wait forever
+                await bucket.get(OBJECT, writeinto=buffer)
+            return buffer.getvalue()
+        except (TimeoutError, nats.js.errors.DigestMismatchError):
+            if attempt == tries - 1 or (await bucket.get_info(OBJECT)).nuid == info.nuid:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def load(store: Store, tracker: Tracker) -> int:
     """Fill an empty tracker from the latest snapshot that belongs to this log; return its sequence (0: none)."""
     topo = store.topology
     try:
-        bucket = await store.log.js.object_store(topo.snapshots_bucket)
-        info = await bucket.get_info(OBJECT)
-        buffer = io.BytesIO()
-        async with asyncio.timeout(60 + (info.size or 0) / 5e6):  # chunks purged under us: never wait forever
-            await bucket.get(OBJECT, writeinto=buffer)
-        snap = decode(buffer.getvalue())
+        snap = decode(await fetch(store))
         last_seq = (await store.log.js.stream_info(topo.control_stream)).state.last_seq
         why = refusal(snap, topo.control_stream, last_seq, await mark_at(store, snap.seq) if snap.seq else None)
     except nats.js.errors.NotFoundError:  # no bucket, no object (or no control stream yet)

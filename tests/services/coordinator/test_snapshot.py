@@ -225,3 +225,18 @@ async def test_after_a_restore_of_an_older_backup_the_snapshot_is_refused(
             same(tracker, await fold(restored))
     finally:
         await restored.close()
+
+
+async def test_a_snapshot_whose_chunks_are_gone_is_refused_not_waited_on(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    await mixed_log(store, "purged")
+    assert await snapshot.save(store, await fold(store), await last_seq(store), max_bytes=1 << 30)
+    bucket = await store.log.js.object_store(store.topology.snapshots_bucket)
+    nuid = (await bucket.get_info(snapshot.OBJECT)).nuid  # as another coordinator's write leaves the one read
+    await store.log.js.purge_stream(
+        store.topology.snapshots_stream, subject=f"$O.{store.topology.snapshots_bucket}.C.{nuid}"
+    )
+    with caplog.at_level(logging.WARNING):
+        assert await asyncio.wait_for(snapshot.load(store, Tracker()), 60) == 0
+    assert "coordinator snapshot unreadable" in caplog.text

@@ -66,10 +66,14 @@ class Snapshot(msgspec.Struct, kw_only=True):
     """Each worker's liveness."""
 
 
-SCHEMA = hashlib.sha256(re.sub(r" at 0x[0-9a-f]+", "", repr(msgspec.inspect.type_info(Snapshot))).encode()).hexdigest()[
-    :16
-]
-"""Digest of the snapshot's shape: every field's name, type and default, nested structs included."""
+def shape_digest(kind: type) -> str:
+    """A digest of a struct's shape: every field's name, type and default, nested structs included."""
+    shape = re.sub(r" at 0x[0-9a-f]+", "", repr(msgspec.inspect.type_info(kind)))  # no object addresses
+    return hashlib.sha256(shape.encode()).hexdigest()[:16]
+
+
+SCHEMA = shape_digest(Snapshot)
+"""This version's snapshot shape."""
 
 
 def capture(tracker: Tracker, stream: str, seq: int, mark: str) -> Snapshot:

@@ -152,11 +152,18 @@ async def test_a_forged_or_corrupt_snapshot_is_refused(store: Store, caplog: pyt
     at = await last_seq(store)
     assert await snapshot.save(store, tracker, at, max_bytes=1 << 30)
     bucket = await store.log.js.object_store(store.topology.snapshots_bucket)
-    forged = msgspec.structs.replace(snapshot.decode((await bucket.get(snapshot.OBJECT)).data), mark="0" * 64)
+    genuine = snapshot.decode((await bucket.get(snapshot.OBJECT)).data or b"")
+    tracker_mark = genuine.mark
+    forged = msgspec.structs.replace(genuine, mark="0" * 64)
     await bucket.put(snapshot.OBJECT, snapshot.encode(forged))
     with caplog.at_level(logging.WARNING):
         assert await snapshot.load(store, Tracker()) == 0
     assert "is not the one it was folded to" in caplog.text
+    older = msgspec.structs.replace(forged, mark=tracker_mark, schema="another shape")
+    await bucket.put(snapshot.OBJECT, snapshot.encode(older))  # e.g. written before an upgrade
+    with caplog.at_level(logging.WARNING):
+        assert await snapshot.load(store, Tracker()) == 0
+    assert "it was written in format 1/another shape" in caplog.text
     await bucket.put(snapshot.OBJECT, b"not a snapshot")
     with caplog.at_level(logging.WARNING):
         assert await snapshot.load(store, Tracker()) == 0

@@ -14,6 +14,7 @@ can share one nats-server without seeing each other's streams.
     spans stream    <NS>_SPANS  <ns>.sp.<shard>       spans, model calls, rewards, heartbeats
     counters        <NS>_SEQ    <ns>.seq.<rollout>    per-rollout span sequence counters
     advisories      <NS>_ADV    max-deliveries advisories of the dispatch consumer (dead letters)
+    snapshots       OBJ_<ns>-snapshots  object store: the coordinator's latest snapshot (a cache)
 """
 
 from __future__ import annotations
@@ -99,6 +100,16 @@ class Topology(msgspec.Struct, frozen=True, kw_only=True):
     def advisories_stream(self) -> str:
         """The stream that keeps the dispatch consumer's max-deliveries advisories."""
         return f"{self.namespace.upper().replace('-', '_')}_ADV"
+
+    @property
+    def snapshots_bucket(self) -> str:
+        """The object store of the coordinator's snapshots (a cache of its fold, never a source of truth)."""
+        return f"{self.namespace}-snapshots"
+
+    @property
+    def snapshots_stream(self) -> str:
+        """The stream that holds ``snapshots_bucket``."""
+        return f"OBJ_{self.snapshots_bucket}"
 
     @property
     def dispatch_consumer(self) -> str:

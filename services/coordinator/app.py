@@ -1,4 +1,5 @@
-"""Wiring of the coordinator: catch up on the log, then follow it, tick, and park dead letters."""
+"""Wiring of the coordinator: catch up on the log (from its latest snapshot), then follow it, tick, park dead
+letters and snapshot its state."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from voltbus.services.settings import Settings
 
 from .handlers import catch_up, catch_up_spans, dead_letters, follow_control, follow_spans, timer
 from .liveness import Watch
+from .snapshot import load, snapshots
 from .tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -24,10 +26,13 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     delay = settings.coordinator.restart_delay_s
     stuck: set[asyncio.Task[None]] = set()
     try:
-        control = [await catch_up(store, tracker)]
+        started, every = time.monotonic(), settings.coordinator.snapshot_every_s
+        written = [await load(store, tracker) if every > 0 else 0]
+        control = [await catch_up(store, tracker, written[0])]
         since = (tracker.oldest_active_start() or time.time()) - 1.0
         spans = [await catch_up_spans(store, tracker, since)]  # no check may run on an empty view of the spans
-        log.info("coordinator caught up at control seq %d; %d rollouts unfinished", control[0], len(tracker.rollouts))
+        log.info("coordinator caught up at control seq %d (from snapshot seq %d) in %.2fs; %d rollouts unfinished",
+                 control[0], written[0], time.monotonic() - started, len(tracker.rollouts))  # fmt: skip
         watch = Watch(settings.coordinator.worker_timeout_s, control, spans)
         bodies = {
             "control reader": lambda: follow_control(store, tracker, control),
@@ -35,6 +40,9 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             "dead letters": lambda: dead_letters(store),
             "timer": lambda: timer(store, tracker, settings.coordinator.tick_s, watch),
         }
+        if every > 0:
+            limit, copies = settings.coordinator.snapshot_max_bytes, settings.nats.replicas
+            bodies["snapshots"] = lambda: snapshots(store, tracker, control, every, limit, written, copies)
         tasks = [
             asyncio.create_task(supervised(f"coordinator {name}", body, delay, log)) for name, body in bodies.items()
         ]

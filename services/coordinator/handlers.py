@@ -20,10 +20,10 @@ from .tracker import Tracker
 log = logging.getLogger(__name__)
 
 
-async def catch_up(store: Store, tracker: Tracker) -> int:
-    """Fold the whole control stream as it is now; return the last sequence read."""
-    last = 0
-    async for item in store.log.replay("control"):
+async def catch_up(store: Store, tracker: Tracker, after: int = 0) -> int:
+    """Fold the control stream as it is now, after sequence ``after`` (a snapshot's); return the last sequence read."""
+    last = after
+    async for item in store.log.replay("control", from_seq=after + 1):
         if isinstance(item, Envelope):
             tracker.apply_control(item)
         last = item.seq

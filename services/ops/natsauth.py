@@ -22,7 +22,7 @@ from voltbus.schemas.subjects import Topology
 
 ROLES: dict[str, str] = {
     "admin": "everything: stream administration, backup and restore",
-    "coordinator": "requeues, expires and parks rollouts; reads dead letters",
+    "coordinator": "requeues, expires and parks rollouts; reads dead letters; writes its snapshots",
     "runner": "claims rollouts, writes attempts, spans, rewards, heartbeats, worker status",
     "gateway": "writes model calls, rewards, its own pause/resume events; queues rollouts (POST /api/rollouts)",
     "learner": "enqueues rollouts, publishes resources versions, run events and weights",
@@ -97,6 +97,13 @@ def _weights(topo: Topology) -> list[str]:
     return [f"{API}.STREAM.CREATE.{obj}", f"{API}.STREAM.PURGE.{obj}", f"$O.{bucket}.>"]
 
 
+def _snapshots(topo: Topology) -> list[str]:
+    """Reading and writing the coordinator's snapshots (create the bucket, put chunks and meta, purge replaced
+    chunks): the coordinator's alone."""
+    obj = topo.snapshots_stream
+    return _reads(obj) + [f"{API}.STREAM.CREATE.{obj}", f"{API}.STREAM.PURGE.{obj}", f"$O.{topo.snapshots_bucket}.>"]
+
+
 def permissions(role: str, topo: Topology) -> Permissions | None:
     """What ``role`` may do in ``topo``'s namespace (None: everything, for ``admin``)."""
     if role == "admin":
@@ -110,7 +117,7 @@ def permissions(role: str, topo: Topology) -> Permissions | None:
     publish = {
         "coordinator": base + _reads(spans) + _reads(topo.advisories_stream) + rollouts + authority + [f"{ns}.wk.*"]
         + _pulls(topo.advisories_stream, f"{ns}-deadletters")
-        + [f"{API}.CONSUMER.DURABLE.CREATE.{topo.advisories_stream}.{ns}-deadletters"],
+        + [f"{API}.CONSUMER.DURABLE.CREATE.{topo.advisories_stream}.{ns}-deadletters"] + _snapshots(topo),
         "runner": base + _reads(spans) + _reads(seq) + _pulls(ctrl, topo.dispatch_consumer) + rollouts
         + [f"{ns}.sp.*", f"{ns}.seq.*", f"{ns}.wk.*"],
         "gateway": base + _reads(spans) + _reads(seq) + [f"{ns}.sp.*", f"{ns}.seq.*", f"{ns}.gw.*", f"{ns}.ro.*.q"],

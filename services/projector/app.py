@@ -294,7 +294,13 @@ async def _run(
     cfg = settings.projector
     eventlog = await EventLog.connect(settings.nats, name="voltbus-projector")
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
-    projector = Projector(cfg.db, adapter, threads=cfg.duckdb_threads, refresh_interval=cfg.training_refresh_s)
+    projector = Projector(
+        cfg.db,
+        adapter,
+        threads=cfg.duckdb_threads,
+        refresh_interval=cfg.training_refresh_s,
+        memory_limit=cfg.duckdb_memory_limit,
+    )
     progress, queries = Progress(projector), Queries(settings, projector)
     app = build_app(settings, projector, progress, queries, await bus_id(eventlog.nc, settings.nats))
     loop = asyncio.get_running_loop()

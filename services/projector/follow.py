@@ -170,35 +170,27 @@ class Following:
             )
         if count:
             try:
-                states: list[tuple[str, bytes]] = []
-                if stream == "control":  # the committed folds; the writer connection serves one thread at a time
-                    async with self.lock:
-                        states = await asyncio.to_thread(self.projector.stored_states)
                 position = self.projector.positions[stream]
                 settings = self.log.settings
                 assert self.forks is not None  # (``use``)
-                return await reader.Readers.start(self.forks, settings, stream, count, position, end, states)
+                loader, committed = self.projector.stored_states_of, lambda: self.projector.positions[stream]
+                if stream != "control":
+                    loader = None
+                return await reader.Readers.start(self.forks, settings, stream, count, position, end, loader, committed)
             except Exception as exc:
                 log.warning("no reader process for %s (%s): reading it in this process", stream, exc)
                 self.use[stream] = self.catching_up[stream] = False
         return await self.local(stream, end)
 
     async def behind(self, stream: str, end: int | None) -> bool:
-        """Whether ``stream`` has a backlog of ``self.backlog`` messages or more to catch up on, and (control)
-        the database holds no more folded rollouts than that: a reader gets them all first."""
+        """Whether ``stream`` has a backlog of ``self.backlog`` messages or more to catch up on."""
         if not self.backlog:
             return False
         try:
             last = end if end is not None else await self.log.feed(stream).last_seq()  # type: ignore[arg-type]
         except AWAY:
             return False
-        backlog = last - self.projector.positions[stream]
-        if backlog < self.backlog:
-            return False
-        if stream == "control":
-            async with self.lock:
-                return await asyncio.to_thread(self.projector.state_count) <= backlog
-        return True
+        return last - self.projector.positions[stream] >= self.backlog
 
     async def caught_up(self, stream: str, end: int | None, src: Source, taken: int) -> Source:
         """The source to go on with after a batch of ``taken`` messages (0: none came): this process's, once the

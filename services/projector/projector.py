@@ -40,6 +40,11 @@ UNAPPLIABLE = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputExcep
 """What rows out of a column's range (or type) raise in DuckDB or Arrow: the events that cause it are quarantined."""
 
 
+def limits(threads: int = 0, memory_limit: str | None = None) -> dict[str, str | int]:
+    """DuckDB's settings of a connection with ``threads`` workers (0: DuckDB's default) and ``memory_limit``."""
+    return ({"threads": threads} if threads else {}) | ({"memory_limit": memory_limit} if memory_limit else {})
+
+
 def prepare_file(path: Path) -> None:
     """Move aside a database written by an older projection version, or one that lacks a table (a table recreated
     empty would claim the log holds nothing for it): it will be rebuilt from the log."""
@@ -84,10 +89,12 @@ class Projector:
         defer_training: bool = False,
         threads: int = 1,
         refresh_interval: float = 0.0,
+        memory_limit: str | None = None,
     ) -> None:
         """``threads``: DuckDB's worker threads for this database (0: DuckDB's default, one per core);
         ``refresh_interval``: the shortest time between two training refreshes of a live projection (0: each in
-        the commit that makes it due); see ``ProjectorSettings.duckdb_threads`` and ``training_refresh_s``."""
+        the commit that makes it due); ``memory_limit``: DuckDB's (None: DuckDB's default, 80% of the machine);
+        see ``ProjectorSettings.duckdb_threads``, ``training_refresh_s`` and ``duckdb_memory_limit``."""
         self.path = Path(path)
         self.refresh_interval = refresh_interval
         self._refreshed_at = -math.inf
@@ -105,7 +112,7 @@ class Projector:
         self.applied = 0
         self._preparers: dict[str, Preparer] = {}
         prepare_file(self.path)
-        self.con = duckdb.connect(str(self.path), config=SAFETY | ({"threads": threads} if threads else {}))
+        self.con = duckdb.connect(str(self.path), config=SAFETY | limits(threads, memory_limit))
         for block in self.schemas:
             self.con.execute(block.sql)
         self.con.execute("INSERT OR IGNORE INTO projection_meta VALUES ('version', ?)", [str(PROJECTION_VERSION)])
@@ -162,15 +169,16 @@ class Projector:
 
     def _states_of(self, rollout_ids: list[str]) -> dict[str, RolloutState]:
         """The committed folds of ``rollout_ids`` (those stored), for the control preparer."""
+        return load_states(self.stored_states_of(rollout_ids))
+
+    def stored_states_of(self, rollout_ids: list[str]) -> list[tuple[str, bytes]]:
+        """The folded states of ``rollout_ids`` (those stored) as the last commit stored them, on a cursor of their
+        own (any thread: a reader process's ``Need``)."""
         cursor = self.con.cursor()
         try:
-            return load_states(cursor.execute(self.blocks["states_of"].sql, {"rollout_ids": rollout_ids}).fetchall())
+            return cursor.execute(self.blocks["states_of"].sql, {"rollout_ids": rollout_ids}).fetchall()
         finally:
             cursor.close()
-
-    def stored_states(self) -> list[tuple[str, bytes]]:
-        """Every rollout's folded state as the last commit stored it."""
-        return self.con.execute("SELECT rollout_id, state FROM rollout_states").fetchall()
 
     def state_count(self) -> int:
         """How many rollouts' folded states the last commit stored."""

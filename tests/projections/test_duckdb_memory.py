@@ -1,0 +1,79 @@
+"""DuckDB's memory limit (``projector.duckdb_memory_limit``): it reaches every connection to the projection (the
+projector's, its SQL endpoint's, ``voltbus replay``'s and ``voltbus sql --db``'s), and a bad value is refused
+when the settings load, saying why."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from voltbus.services.projector.app import run
+from voltbus.services.projector.client import run_sql
+from voltbus.services.projector.follow import ends_at
+from voltbus.services.projector.projector import Projector
+from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
+from voltbus.store import Store
+
+from ..conftest import free_port
+from .workload import write
+
+LIMIT = "SELECT current_setting('memory_limit') AS limit_"
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ("1000", "expected a size with a unit"),
+        ("lots", "expected a size with a unit"),
+        ("-1GB", "expected a size with a unit"),
+        ("1PB", "expected a size with a unit"),
+        ("0%", "a percentage must be above 0 and at most 100"),
+        ("150%", "a percentage must be above 0 and at most 100"),
+        ("10MB", "below 64 MiB"),
+    ],
+)
+def test_a_bad_memory_limit_is_refused_when_the_settings_load(
+    bad: str, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VOLTBUS_PROJECTOR__DUCKDB_MEMORY_LIMIT", bad)
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    assert "duckdb_memory_limit" in str(refused.value) and why in str(refused.value)
+
+
+def test_the_default_limit_and_good_values() -> None:
+    assert ProjectorSettings().duckdb_memory_limit == "1GiB"
+    for good in ("512MiB", "2GB", "2 gb", "25%", "12.5%", "1TB"):
+        assert ProjectorSettings(duckdb_memory_limit=good).duckdb_memory_limit == good
+
+
+async def test_the_limit_reaches_the_projector_its_endpoint_replay_and_sql_on_a_file(
+    store: Store, nats_settings: NatsSettings, tmp_path: Path
+) -> None:
+    await write(store, 3)
+    port = free_port()
+    projector = ProjectorSettings(db=tmp_path / "live.duckdb", port=port, duckdb_memory_limit="96MiB")
+    settings = Settings(nats=nats_settings, projector=projector)
+    stop, ready = asyncio.Event(), asyncio.Event()
+    serving = asyncio.create_task(run(settings, stop, ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 20)
+        body = {"sql": LIMIT, "min_seq": await ends_at(store.log), "timeout": 20}
+        async with httpx.AsyncClient() as client:
+            answer = await client.post(f"http://127.0.0.1:{port}/sql", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert "96.0 MiB" in answer.text
+    finally:
+        stop.set()
+        await serving
+    assert run_sql(settings, LIMIT, db=tmp_path / "live.duckdb").to_pylist() == [{"limit_": "96.0 MiB"}]
+    direct = Projector(tmp_path / "replayed.duckdb", memory_limit="80MiB")  # as ``voltbus replay`` opens one
+    try:
+        assert direct.con.execute(LIMIT).fetchone() == ("80.0 MiB",)
+        assert direct.con.cursor().execute(LIMIT).fetchone() == ("80.0 MiB",)  # the endpoint's queries share it
+    finally:
+        direct.close()

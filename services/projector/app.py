@@ -212,7 +212,7 @@ INTERRUPT_EVERY_S = 0.05
 """How often a query being stopped is interrupted again, until it ends."""
 INTERRUPT_FOR_S = 60.0
 """How long a query being stopped is interrupted again at most (a query ignoring interrupts is left to its thread)."""
-STATUS = {"read_only": 403, "busy": 503, "timeout": 408}
+STATUS = {"read_only": 403, "busy": 503, "out_of_memory": 503, "timeout": 408}
 """HTTP status of each QueryRefused code; any other is 400."""
 
 

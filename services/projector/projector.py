@@ -8,6 +8,7 @@ attempt rows by folding the lifecycle decider's ``evolve``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import shutil
@@ -38,6 +39,17 @@ REFRESH_TOGETHER = 2000
 
 UNAPPLIABLE = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputException, pa.ArrowException, OverflowError)
 """What rows out of a column's range (or type) raise in DuckDB or Arrow: the events that cause it are quarantined."""
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether DuckDB refused for lack of memory under its ``memory_limit`` (a statement, or a commit that could not
+    allocate or pin a block): not the batch's fault, and it may pass once memory is freed."""
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return True
+    text = str(exc)
+    return isinstance(exc, duckdb.Error) and any(
+        s in text for s in ("could not allocate", "failed to pin", "Out of Memory")
+    )
 
 
 def limits(threads: int = 0, memory_limit: str | None = None) -> dict[str, str | int]:
@@ -96,6 +108,7 @@ class Projector:
         the commit that makes it due); ``memory_limit``: DuckDB's (None: DuckDB's default, 80% of the machine);
         see ``ProjectorSettings.duckdb_threads``, ``training_refresh_s`` and ``duckdb_memory_limit``."""
         self.path = Path(path)
+        self.memory_limit = memory_limit
         self.refresh_interval = refresh_interval
         self._refreshed_at = -math.inf
         self.adapter = adapter or AdapterSettings()
@@ -216,7 +229,7 @@ class Projector:
         try:
             self._apply(stream, items)
         except duckdb.Error as exc:
-            if not any(isinstance(i, Envelope) and lean.is_lean(i.event) for i in items):
+            if out_of_memory(exc) or not any(isinstance(i, Envelope) and lean.is_lean(i.event) for i in items):
                 raise
             log.warning("batch of %s refused (%s): applying it again, decoded strictly", stream, exc)
             self._apply(stream, [_strict(i) for i in items])
@@ -336,7 +349,8 @@ class Projector:
                 training.refresh(self.con, self.blocks, cleared, candidates, self.adapter)
             self.con.commit()
         except BaseException:
-            self.con.rollback()
+            with contextlib.suppress(duckdb.Error):  # a COMMIT that failed has ended the transaction already
+                self.con.rollback()
             self._load()  # folds prepared here went ahead of the database: take them back
             raise
         if candidates and not self.defer_training:

@@ -138,6 +138,11 @@ SCALAR_DENIED = frozenset({"setseed", "nextval", "json_execute_serialized_sql"})
 def _parse(sql: str) -> list[duckdb.Statement]:
     try:
         return duckdb.extract_statements(sql)
+    except duckdb.OutOfMemoryException as exc:
+        raise QueryRefused(
+            "out_of_memory",
+            f"the query needs more memory than DuckDB has under projector.duckdb_memory_limit: {str(exc).splitlines()[0]}",
+        ) from None
     except duckdb.Error as exc:
         raise QueryRefused("sql_error", f"SQL error: {exc}") from None
 
@@ -191,6 +196,11 @@ def query(
     except duckdb.InterruptException:
         raise QueryRefused(
             "timeout", f"the query ran past {limits.timeout_s:g} s and was interrupted (projector.sql_timeout_s)"
+        ) from None
+    except duckdb.OutOfMemoryException as exc:
+        raise QueryRefused(
+            "out_of_memory",
+            f"the query needs more memory than DuckDB has under projector.duckdb_memory_limit: {str(exc).splitlines()[0]}",
         ) from None
     except duckdb.Error as exc:
         raise QueryRefused("sql_error", f"SQL error: {exc}") from None

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from voltbus.schemas.errors import QueryRefused
 from voltbus.services.projector.app import run
 from voltbus.services.projector.client import run_sql
 from voltbus.services.projector.follow import ends_at
@@ -22,6 +23,8 @@ from ..conftest import free_port
 from .workload import write
 
 LIMIT = "SELECT current_setting('memory_limit') AS limit_"
+HUNGRY = "SELECT length(string_agg(repeat('x', 1000), '')) FROM range(400000)"
+"""A query that holds 400 MB at once (one string): more than any limit here."""
 
 
 @pytest.mark.parametrize(
@@ -67,10 +70,17 @@ async def test_the_limit_reaches_the_projector_its_endpoint_replay_and_sql_on_a_
             answer = await client.post(f"http://127.0.0.1:{port}/sql", json=body, timeout=30)
         assert answer.status_code == 200, answer.text
         assert "96.0 MiB" in answer.text
+        async with httpx.AsyncClient() as client:  # a query that cannot fit: refused, saying why; the projector goes on
+            answer = await client.post(f"http://127.0.0.1:{port}/sql", json={"sql": HUNGRY}, timeout=30)
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["code"] == "out_of_memory" and "projector.duckdb_memory_limit" in answer.json()["error"]
     finally:
         stop.set()
         await serving
     assert run_sql(settings, LIMIT, db=tmp_path / "live.duckdb").to_pylist() == [{"limit_": "96.0 MiB"}]
+    with pytest.raises(QueryRefused) as refused:
+        run_sql(settings, HUNGRY, db=tmp_path / "live.duckdb")
+    assert refused.value.code == "out_of_memory"
     direct = Projector(tmp_path / "replayed.duckdb", memory_limit="80MiB")  # as ``voltbus replay`` opens one
     try:
         assert direct.con.execute(LIMIT).fetchone() == ("80.0 MiB",)

@@ -5,21 +5,27 @@ when the settings load, saying why."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 from pydantic import ValidationError
 
+from voltbus.schemas.base import derive_id
 from voltbus.schemas.errors import QueryRefused
+from voltbus.schemas.rollouts import RolloutQueued
+from voltbus.services.eventlog import Envelope
+from voltbus.services.projector import follow
 from voltbus.services.projector.app import run
 from voltbus.services.projector.client import run_sql
-from voltbus.services.projector.follow import ends_at
+from voltbus.services.projector.follow import Following, ends_at
 from voltbus.services.projector.projector import Projector
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import Store
 
-from ..conftest import free_port
+from ..conftest import free_port, wait_for
 from .workload import write
 
 LIMIT = "SELECT current_setting('memory_limit') AS limit_"
@@ -87,3 +93,37 @@ async def test_the_limit_reaches_the_projector_its_endpoint_replay_and_sql_on_a_
         assert direct.con.cursor().execute(LIMIT).fetchone() == ("80.0 MiB",)  # the endpoint's queries share it
     finally:
         direct.close()
+
+
+async def test_a_batch_duckdb_has_no_memory_for_waits_and_lands_once_memory_is_freed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that fails for lack of memory under the limit (here a query's result held beside it) is neither
+    skipped nor fatal: the projector says so, naming the setting, and applies the batch once memory is free."""
+    monkeypatch.setattr(follow, "MEMORY_PAUSE_S", (0.05, 0.2))
+    caplog.set_level(logging.ERROR, logger="voltbus.services.projector.follow")
+    projector = Projector(tmp_path / "p.duckdb", memory_limit="64MiB")
+    big = msgspec.Raw(b'"' + b"x" * (4 << 20) + b'"')  # a 4 MiB input: fits in 64 MiB, not beside 40 MiB held
+    queued = RolloutQueued(event_id=derive_id("q", 1), rollout_id="r1", input=big, queued_at=1.0)
+    hold = projector.con.cursor()
+    try:
+        hold.execute("SELECT string_agg(repeat('x', 1000), '') AS s FROM range(8000)")  # ~40 MiB held
+
+        async def release() -> None:
+            await wait_for(lambda: caplog.records, 60, "the out-of-memory error was logged")
+            hold.close()
+
+        releasing = asyncio.create_task(release())
+        following = Following(projector, None, None, None, None, 100, 0.1, 0)  # type: ignore[arg-type]
+        await asyncio.wait_for(
+            following.apply_short_of_memory("control", [Envelope(seq=1, subject="vb.ro.r1.q", time=1.0, event=queued)]),
+            60,
+        )
+        await releasing
+        assert projector.positions["control"] == 1
+        assert projector.con.execute("SELECT length(input) FROM rollouts").fetchall() == [((4 << 20) + 2,)]
+    finally:
+        hold.close()
+        projector.close()
+    message = caplog.records[0].getMessage()
+    assert "out of memory under projector.duckdb_memory_limit (64MiB" in message and "after seq 0" in message

@@ -81,12 +81,11 @@ class ProjectorSettings(BaseModel):
     on a live projection matter more than ingest."""
     duckdb_memory_limit: str = "1GiB"
     """Most memory DuckDB's buffer manager holds for the projector's database
-    (``VOLTBUS_PROJECTOR__DUCKDB_MEMORY_LIMIT``): a size (``512MiB``, ``2GB``) or a share of the machine's memory (``25%``; DuckDB's own default is ``80%``). Past
-    it DuckDB evicts cached table blocks (read again from the file when needed) and spills large queries' working
-    data to ``<db>.tmp``; an operation that cannot fit even so fails with DuckDB's out-of-memory error (a query: 400;
-    a commit: the projector stops and says so). Also the limit of ``voltbus replay`` and ``voltbus sql --db``.
-    1 GiB by default: a projector beside a learner and inference stays bounded as the log grows (BENCHMARKS.md,
-    "DuckDB's memory")."""
+    (``VOLTBUS_PROJECTOR__DUCKDB_MEMORY_LIMIT``): a size (``512MiB``, ``2GB``, at least 64 MiB) or a share of the
+    machine's memory (``25%``; DuckDB's own default is ``80%``). The projector's writes and its endpoint's queries
+    share it; ``voltbus replay`` and ``voltbus sql --db`` use it too. Past it DuckDB evicts cached table blocks and
+    spills large queries to ``<db>.tmp``; a query that cannot fit gets 503 ``out_of_memory``, a batch that cannot is
+    applied again after a pause, with an error naming this setting (docs/projections.md, "DuckDB's memory")."""
     max_rows: int = 100_000
     """Most rows one SQL query returns over the endpoint (a clear error past it)."""
     max_result_bytes: int = Field(default=64 << 20, ge=1)

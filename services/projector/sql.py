@@ -138,11 +138,6 @@ SCALAR_DENIED = frozenset({"setseed", "nextval", "json_execute_serialized_sql"})
 def _parse(sql: str) -> list[duckdb.Statement]:
     try:
         return duckdb.extract_statements(sql)
-    except duckdb.OutOfMemoryException as exc:
-        raise QueryRefused(
-            "out_of_memory",
-            f"the query needs more memory than DuckDB has under projector.duckdb_memory_limit: {str(exc).splitlines()[0]}",
-        ) from None
     except duckdb.Error as exc:
         raise QueryRefused("sql_error", f"SQL error: {exc}") from None
 
@@ -198,9 +193,9 @@ def query(
             "timeout", f"the query ran past {limits.timeout_s:g} s and was interrupted (projector.sql_timeout_s)"
         ) from None
     except duckdb.OutOfMemoryException as exc:
+        why = str(exc).splitlines()[0]
         raise QueryRefused(
-            "out_of_memory",
-            f"the query needs more memory than DuckDB has under projector.duckdb_memory_limit: {str(exc).splitlines()[0]}",
+            "out_of_memory", f"the query needs more memory than DuckDB has under projector.duckdb_memory_limit: {why}"
         ) from None
     except duckdb.Error as exc:
         raise QueryRefused("sql_error", f"SQL error: {exc}") from None

@@ -148,27 +148,48 @@ class Preparer:
         self.part = part
         self.loader = loader
         """Where the states not kept are read from (the database's committed folds), for the rollouts of a batch."""
+        self.changed: dict[str, int] = {}
+        """Sequence of the event that last changed each kept state (``forget``)."""
 
     def trim(self) -> None:
         """Forget the least recently changed states past ``STATES_KEPT``: only when a ``loader`` reads them again and
         every batch prepared here is committed (what the loader reads is then what was forgotten)."""
         while self.loader is not None and len(self.states) > STATES_KEPT:
-            self.states.pop(next(iter(self.states)))
+            oldest = next(iter(self.states))
+            del self.states[oldest]
+            self.changed.pop(oldest, None)
 
-    def _load_missing(self, items: list[Envelope | BadEvent | Passed]) -> None:
-        """Read the states of the batch's rollouts that are not kept, in one query (a rollout queued in the batch
-        has none stored: its first event must be first, ``expected_seq=0``)."""
+    def forget(self, committed: int, kept: int) -> None:
+        """Forget the least recently changed states past ``kept`` that no event after ``committed`` changed (a reader
+        process's: the projector's database holds them as forgotten, and reads them again for it)."""
+        while len(self.states) > kept:
+            oldest = next(iter(self.states))
+            if self.changed.get(oldest, 0) > committed:
+                return
+            del self.states[oldest]
+            self.changed.pop(oldest, None)
+
+    def missing(self, items: list[Envelope | BadEvent | Passed]) -> list[str]:
+        """The rollouts of this share with events in ``items`` whose states are not kept, but for those queued in
+        the batch (none is stored: a rollout's first event must be first, ``expected_seq=0``)."""
         wanted: set[str] = set()
         new: set[str] = set()
+        index, count = self.part
         for item in items:
             if not isinstance(item, Envelope) or (rid := aggregate_of(item.event)) is None or rid in self.states:
+                continue
+            if count > 1 and rollout_part(rid, count) != index:
                 continue
             if rid not in wanted and isinstance(item.event, RolloutQueued):
                 new.add(rid)
             elif rid not in new:
                 wanted.add(rid)
-        if wanted and self.loader is not None:
-            self.states.update(self.loader(sorted(wanted)))
+        return sorted(wanted)
+
+    def _load_missing(self, items: list[Envelope | BadEvent | Passed]) -> None:
+        """Read the states of the batch's rollouts that are not kept, in one query."""
+        if self.loader is not None and (wanted := self.missing(items)):
+            self.states.update(self.loader(wanted))
 
     def prepare(self, stream: str, items: list[Envelope | BadEvent | Passed]) -> Prepared | None:
         """The batch's tables (None: every item is at or below the stream's position)."""
@@ -252,7 +273,7 @@ class Preparer:
         if state.status is not None:
             self.states.pop(rollout_id, None)  # to the end: the most recently changed
             self.states[rollout_id] = state
-            touched[rollout_id] = env.seq
+            touched[rollout_id] = self.changed[rollout_id] = env.seq
 
 
 def ended_status(status: str) -> bool:

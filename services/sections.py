@@ -10,6 +10,7 @@ import platformdirs
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
+from .sizes import memory_limit
 from .urls import url_list as _url_list
 
 
@@ -84,6 +85,13 @@ class ProjectorSettings(BaseModel):
     workers cost CPU in every statement (a live run's small commits take less CPU with 1: BENCHMARKS.md,
     "Projections"). SQL over the projector's endpoint shares the setting: raise it where large queries
     on a live projection matter more than ingest."""
+    duckdb_memory_limit: str = "1GiB"
+    """Most memory DuckDB's buffer manager holds for the projector's database
+    (``VOLTBUS_PROJECTOR__DUCKDB_MEMORY_LIMIT``): a size (``512MiB``, ``2GB``, at least 64 MiB) or a share of the
+    machine's memory (``25%``; DuckDB's own default is ``80%``). The projector's writes and its endpoint's queries
+    share it; ``voltbus replay`` and ``voltbus sql --db`` use it too. Past it DuckDB evicts cached table blocks and
+    spills large queries to ``<db>.tmp``; a query that cannot fit gets 503 ``out_of_memory``, a batch that cannot is
+    applied again after a pause, with an error naming this setting (docs/projections.md, "DuckDB's memory")."""
     max_rows: int = 100_000
     """Most rows one SQL query returns over the endpoint (a clear error past it)."""
     max_result_bytes: int = Field(default=64 << 20, ge=1)
@@ -100,6 +108,12 @@ class ProjectorSettings(BaseModel):
     """Host names the endpoint answers besides loopback ones and ``host`` (a ``Host`` header naming anything else
     gets 400: a web page cannot reach it through DNS rebinding), e.g. ``["projector"]`` in compose; ``*.domain``
     patterns allowed."""
+
+    @field_validator("duckdb_memory_limit")
+    @classmethod
+    def _memory_limit(cls, value: str) -> str:
+        """A size DuckDB parses, of at least ``MIN_MEMORY``, or a percentage in (0, 100]."""
+        return memory_limit(value)
 
     @property
     def auth_headers(self) -> dict[str, str]:

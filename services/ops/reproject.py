@@ -60,7 +60,7 @@ async def reproject(
 ) -> tuple[int, int, int]:
     """Rebuild ``db`` from the log with ``adapter``; return (attempts, triplets, trajectories)."""
     await rebuild(settings, db, say, adapter=adapter, label="reproject")
-    with open_read_only(db) as con:
+    with open_read_only(db, settings.projector.duckdb_memory_limit) as con:
         attempts, triplets, trajectories = con.execute("SELECT " + COUNTS).fetchone() or (0, 0, 0)
     say(
         f"reprojected {attempts:,} attempts into {triplets:,} triplets and {trajectories:,} trajectories "

@@ -212,7 +212,7 @@ INTERRUPT_EVERY_S = 0.05
 """How often a query being stopped is interrupted again, until it ends."""
 INTERRUPT_FOR_S = 60.0
 """How long a query being stopped is interrupted again at most (a query ignoring interrupts is left to its thread)."""
-STATUS = {"read_only": 403, "busy": 503, "timeout": 408}
+STATUS = {"read_only": 403, "busy": 503, "out_of_memory": 503, "timeout": 408}
 """HTTP status of each QueryRefused code; any other is 400."""
 
 
@@ -294,7 +294,13 @@ async def _run(
     cfg = settings.projector
     eventlog = await EventLog.connect(settings.nats, name="voltbus-projector")
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
-    projector = Projector(cfg.db, adapter, threads=cfg.duckdb_threads, refresh_interval=cfg.training_refresh_s)
+    projector = Projector(
+        cfg.db,
+        adapter,
+        threads=cfg.duckdb_threads,
+        refresh_interval=cfg.training_refresh_s,
+        memory_limit=cfg.duckdb_memory_limit,
+    )
     progress, queries = Progress(projector), Queries(settings, projector)
     app = build_app(settings, projector, progress, queries, await bus_id(eventlog.nc, settings.nats))
     loop = asyncio.get_running_loop()

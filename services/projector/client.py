@@ -27,7 +27,7 @@ from voltbus.services.settings import Settings
 from . import rewind
 from .follow import ends_at, project
 from .forks import Forks, owned
-from .projector import PROJECTION_VERSION, STREAMS, Projector
+from .projector import PROJECTION_VERSION, STREAMS, Projector, limits
 from .sql import limits_of, query, truncated_to
 
 INTERNAL = {"rollout_states"}
@@ -38,12 +38,13 @@ class ProjectionUnavailable(VoltbusError):
     """Neither a running projector nor a readable database file answered."""
 
 
-def open_read_only(db: Path) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to a database no process is writing, that reaches no other file (``SAFETY``)."""
+def open_read_only(db: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to a database no process is writing, that reaches no other file (``SAFETY``), with
+    DuckDB's ``memory_limit`` (None: DuckDB's default)."""
     if not db.exists():
         raise ProjectionUnavailable(f"no database at {db}")
     try:
-        return duckdb.connect(str(db), read_only=True, config=SAFETY)
+        return duckdb.connect(str(db), read_only=True, config=SAFETY | limits(memory_limit=memory_limit))
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
             raise ProjectionUnavailable(
@@ -64,7 +65,7 @@ def run_sql(
     the running projector (once it applied ``min_seq``, if given). Past ``projector.max_rows`` rows: an error, or
     with ``truncate`` the first ``max_rows`` rows, marked (``sql.truncated_to``)."""
     if db is not None:
-        with open_read_only(db) as con:
+        with open_read_only(db, settings.projector.duckdb_memory_limit) as con:
             return query(con, sql, limits_of(settings.projector), params, truncate)
     url = settings.projector.url.rstrip("/") + "/sql"
     try:
@@ -182,8 +183,10 @@ async def rebuild(
         going_on = from_seq is not None and await continued(log_, db, from_seq, ends)
         # a new file leaves its training tables for one pass at the end; one that goes on keeps them up as a
         # live projector does (telemetry of attempts that ended before its checkpoint makes their rows again)
-        threads = settings.projector.duckdb_threads
-        projector = Projector(db, adapter, defer_training=not going_on, threads=threads)
+        cfg = settings.projector
+        projector = Projector(
+            db, adapter, defer_training=not going_on, threads=cfg.duckdb_threads, memory_limit=cfg.duckdb_memory_limit
+        )
         stack.callback(projector.close)
         return await rebuild_into(settings, projector, log_, ends, say, label, every, forks)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -17,7 +18,7 @@ from voltbus.services.restart import cancelled
 
 from . import reader
 from .forks import Forks, owned
-from .projector import STREAMS, UNAPPLIABLE, Projector
+from .projector import STREAMS, UNAPPLIABLE, Projector, out_of_memory
 from .rewind import Divergence, Guard
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ AWAY = (
     nats.js.errors.ServiceUnavailableError,
 )
 """What opening a feed raises while the bus is away; anything else (a refused permission) is raised."""
+MEMORY_PAUSE_S = (1.0, 30.0)
+"""First and longest pause before a batch DuckDB had no memory for is applied again."""
 Progress = Callable[[str, int, int], None]
 """Called after each batch with (stream, position, end) where end is 0 when following live."""
 Batch = list[Envelope | BadEvent] | Prepared | None
@@ -170,35 +173,27 @@ class Following:
             )
         if count:
             try:
-                states: list[tuple[str, bytes]] = []
-                if stream == "control":  # the committed folds; the writer connection serves one thread at a time
-                    async with self.lock:
-                        states = await asyncio.to_thread(self.projector.stored_states)
                 position = self.projector.positions[stream]
                 settings = self.log.settings
                 assert self.forks is not None  # (``use``)
-                return await reader.Readers.start(self.forks, settings, stream, count, position, end, states)
+                loader, committed = self.projector.stored_states_of, lambda: self.projector.positions[stream]
+                if stream != "control":
+                    loader = None
+                return await reader.Readers.start(self.forks, settings, stream, count, position, end, loader, committed)
             except Exception as exc:
                 log.warning("no reader process for %s (%s): reading it in this process", stream, exc)
                 self.use[stream] = self.catching_up[stream] = False
         return await self.local(stream, end)
 
     async def behind(self, stream: str, end: int | None) -> bool:
-        """Whether ``stream`` has a backlog of ``self.backlog`` messages or more to catch up on, and (control)
-        the database holds no more folded rollouts than that: a reader gets them all first."""
+        """Whether ``stream`` has a backlog of ``self.backlog`` messages or more to catch up on."""
         if not self.backlog:
             return False
         try:
             last = end if end is not None else await self.log.feed(stream).last_seq()  # type: ignore[arg-type]
         except AWAY:
             return False
-        backlog = last - self.projector.positions[stream]
-        if backlog < self.backlog:
-            return False
-        if stream == "control":
-            async with self.lock:
-                return await asyncio.to_thread(self.projector.state_count) <= backlog
-        return True
+        return last - self.projector.positions[stream] >= self.backlog
 
     async def caught_up(self, stream: str, end: int | None, src: Source, taken: int) -> Source:
         """The source to go on with after a batch of ``taken`` messages (0: none came): this process's, once the
@@ -332,7 +327,7 @@ class Following:
         """Apply one batch (a prepared one the database refuses: its events here, in halves); returns the
         source to go on with."""
         try:
-            await self.apply_waiting(stream, batch)
+            await self.apply_short_of_memory(stream, batch)
         except (duckdb.Error, *UNAPPLIABLE) as exc:
             if not isinstance(batch, Prepared) or isinstance(exc, MemoryError):
                 raise
@@ -343,3 +338,34 @@ class Following:
         if self.progress:
             self.progress(stream, self.projector.positions[stream], end or 0)
         return src
+
+    async def apply_short_of_memory(self, stream: str, batch: Batch) -> None:
+        """Apply ``batch``; while DuckDB is out of memory under its limit (the projector's working set, or large
+        queries beside it), say so and try again after a pause, doubling up to ``MEMORY_PAUSE_S[1]``: the projector
+        neither exits (a restart would fail alike) nor skips the batch, and answers queries meanwhile. A stop ends
+        the wait, the batch unapplied (it is read again at the next start)."""
+        pause = MEMORY_PAUSE_S[0]
+        while True:
+            try:
+                return await self.apply_waiting(stream, batch)
+            except duckdb.Error as exc:
+                if not out_of_memory(exc):
+                    raise
+                log.error(
+                    "DuckDB is out of memory under projector.duckdb_memory_limit (%s, "
+                    "VOLTBUS_PROJECTOR__DUCKDB_MEMORY_LIMIT): the batch of %s after seq %d is not applied, "
+                    "trying again in %.0f s (raise the limit if this repeats): %s",
+                    self.projector.memory_limit or "DuckDB's default",
+                    stream,
+                    self.projector.positions[stream],
+                    pause,
+                    str(exc).splitlines()[0],
+                )
+                if self.stop is None:
+                    await asyncio.sleep(pause)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stop.wait(), pause)
+                    if self.stopped():
+                        return
+                pause = min(2 * pause, MEMORY_PAUSE_S[1])

@@ -1,6 +1,6 @@
 """What a reader process and the projector say to each other over their socket: frames of the one codec
-(``services/frames.py``; ``Start`` and ``States`` to the reader, ``Upto`` asks; ``Arrived``, ``Batch`` and
-``Failed`` back), a batch's tables as Arrow IPC streams. See reader.py for the exchange."""
+(``services/frames.py``; ``Start`` to the reader, ``Upto`` asks and ``States`` answers to its ``Need``; ``Arrived``,
+``Batch``, ``Need`` and ``Failed`` back), a batch's tables as Arrow IPC streams. See reader.py for the exchange."""
 
 from __future__ import annotations
 
@@ -24,13 +24,19 @@ class Start(msgspec.Struct, tag=True, kw_only=True):
     from_seq: int
     to_seq: int | None
     part: Part
-    states: int
-    """``States`` frames that follow (control: the folds of the share the projector has committed)."""
+    kept: int
+    """Most folded rollout states the reader keeps (control: the most recently changed; ``prepare.STATES_KEPT``)."""
     log_level: int = logging.WARNING
 
 
+class Need(msgspec.Struct, tag=True, kw_only=True):
+    """The reader asks for the committed folds of rollouts it keeps no state of (it forgot them, or never had them)."""
+
+    rollout_ids: list[str]
+
+
 class States(msgspec.Struct, tag=True, kw_only=True):
-    """Folded rollout states, as ``rollout_states`` keeps them."""
+    """The answer to a ``Need``: the folded states the database holds of them, as ``rollout_states`` keeps them."""
 
     blobs: list[tuple[str, bytes]]
 
@@ -39,6 +45,8 @@ class Upto(msgspec.Struct, tag=True, kw_only=True):
     """The projector asks for the share's tables of the messages after the last cut, up to ``seq``."""
 
     seq: int
+    committed: int = 0
+    """The stream's position the projector has committed: the reader may forget states no later event changed."""
 
 
 class Arrived(msgspec.Struct, tag=True, kw_only=True):
@@ -54,6 +62,8 @@ class Batch(Cut, tag=True, kw_only=True):
 
     tables: list[tuple[str, memoryview]]
     seen: tuple[int, int]
+    folds: int = 0
+    """Folded rollout states the reader keeps after preparing it."""
 
 
 class Failed(msgspec.Struct, tag=True, kw_only=True):
@@ -64,6 +74,6 @@ class Failed(msgspec.Struct, tag=True, kw_only=True):
     """The cut it could not prepare (a row Arrow refused): the projector applies its events itself."""
 
 
-Frame = Start | States | Upto | Arrived | Batch | Failed
+Frame = Start | Need | States | Upto | Arrived | Batch | Failed
 FRAMES: Codec[Frame] = Codec(Frame)
 """Frames of this exchange, both ways."""

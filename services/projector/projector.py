@@ -8,6 +8,7 @@ attempt rows by folding the lifecycle decider's ``evolve``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import shutil
@@ -38,6 +39,22 @@ REFRESH_TOGETHER = 2000
 
 UNAPPLIABLE = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputException, pa.ArrowException, OverflowError)
 """What rows out of a column's range (or type) raise in DuckDB or Arrow: the events that cause it are quarantined."""
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether DuckDB refused for lack of memory under its ``memory_limit`` (a statement, or a commit that could not
+    allocate or pin a block): not the batch's fault, and it may pass once memory is freed."""
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return True
+    text = str(exc)
+    return isinstance(exc, duckdb.Error) and any(
+        s in text for s in ("could not allocate", "failed to pin", "Out of Memory")
+    )
+
+
+def limits(threads: int = 0, memory_limit: str | None = None) -> dict[str, str | int]:
+    """DuckDB's settings of a connection with ``threads`` workers (0: DuckDB's default) and ``memory_limit``."""
+    return ({"threads": threads} if threads else {}) | ({"memory_limit": memory_limit} if memory_limit else {})
 
 
 def prepare_file(path: Path) -> None:
@@ -84,11 +101,14 @@ class Projector:
         defer_training: bool = False,
         threads: int = 1,
         refresh_interval: float = 0.0,
+        memory_limit: str | None = None,
     ) -> None:
         """``threads``: DuckDB's worker threads for this database (0: DuckDB's default, one per core);
         ``refresh_interval``: the shortest time between two training refreshes of a live projection (0: each in
-        the commit that makes it due); see ``ProjectorSettings.duckdb_threads`` and ``training_refresh_s``."""
+        the commit that makes it due); ``memory_limit``: DuckDB's (None: DuckDB's default, 80% of the machine);
+        see ``ProjectorSettings.duckdb_threads``, ``training_refresh_s`` and ``duckdb_memory_limit``."""
         self.path = Path(path)
+        self.memory_limit = memory_limit
         self.refresh_interval = refresh_interval
         self._refreshed_at = -math.inf
         self.adapter = adapter or AdapterSettings()
@@ -105,7 +125,7 @@ class Projector:
         self.applied = 0
         self._preparers: dict[str, Preparer] = {}
         prepare_file(self.path)
-        self.con = duckdb.connect(str(self.path), config=SAFETY | ({"threads": threads} if threads else {}))
+        self.con = duckdb.connect(str(self.path), config=SAFETY | limits(threads, memory_limit))
         for block in self.schemas:
             self.con.execute(block.sql)
         self.con.execute("INSERT OR IGNORE INTO projection_meta VALUES ('version', ?)", [str(PROJECTION_VERSION)])
@@ -162,15 +182,16 @@ class Projector:
 
     def _states_of(self, rollout_ids: list[str]) -> dict[str, RolloutState]:
         """The committed folds of ``rollout_ids`` (those stored), for the control preparer."""
+        return load_states(self.stored_states_of(rollout_ids))
+
+    def stored_states_of(self, rollout_ids: list[str]) -> list[tuple[str, bytes]]:
+        """The folded states of ``rollout_ids`` (those stored) as the last commit stored them, on a cursor of their
+        own (any thread: a reader process's ``Need``)."""
         cursor = self.con.cursor()
         try:
-            return load_states(cursor.execute(self.blocks["states_of"].sql, {"rollout_ids": rollout_ids}).fetchall())
+            return cursor.execute(self.blocks["states_of"].sql, {"rollout_ids": rollout_ids}).fetchall()
         finally:
             cursor.close()
-
-    def stored_states(self) -> list[tuple[str, bytes]]:
-        """Every rollout's folded state as the last commit stored it."""
-        return self.con.execute("SELECT rollout_id, state FROM rollout_states").fetchall()
 
     def state_count(self) -> int:
         """How many rollouts' folded states the last commit stored."""
@@ -208,7 +229,7 @@ class Projector:
         try:
             self._apply(stream, items)
         except duckdb.Error as exc:
-            if not any(isinstance(i, Envelope) and lean.is_lean(i.event) for i in items):
+            if out_of_memory(exc) or not any(isinstance(i, Envelope) and lean.is_lean(i.event) for i in items):
                 raise
             log.warning("batch of %s refused (%s): applying it again, decoded strictly", stream, exc)
             self._apply(stream, [_strict(i) for i in items])
@@ -328,7 +349,8 @@ class Projector:
                 training.refresh(self.con, self.blocks, cleared, candidates, self.adapter)
             self.con.commit()
         except BaseException:
-            self.con.rollback()
+            with contextlib.suppress(duckdb.Error):  # a COMMIT that failed has ended the transaction already
+                self.con.rollback()
             self._load()  # folds prepared here went ahead of the database: take them back
             raise
         if candidates and not self.defer_training:

@@ -9,10 +9,14 @@ share 0: see ``prepare.Preparer``) it runs on as many cores as there are readers
 Each reader reads the whole stream, from the projector's checkpoint + 1, and says how far it has
 received (``Arrived``). The projector asks every reader of a stream for the same cut (``Upto``: up to
 the sequence all have received, at most a batch further); each answers with its share's tables for
-exactly that range (``Batch``), and the projector writes the shares in one transaction. It keeps two
-cuts asked for, so the readers prepare the next batch while it writes one. This module is the
-projector's side; a reader's own work is in reading.py, the frames in messages.py, and readers are forked
-by the fork server of forks.py (a start takes milliseconds after the first), which its owner hands in.
+exactly that range (``Batch``), and the projector writes the shares in one transaction. It keeps two cuts asked
+for, so the readers prepare the next batch while it writes one. A control reader keeps the folds of the
+``prepare.STATES_KEPT`` most recently changed rollouts: it asks for others (``Need``) when an event of theirs
+comes, and the projector answers with the committed ones (``States``); each ask says how far the projector has
+committed (``Upto.committed``), and only a fold no later event changed is forgotten, so the database holds it as it
+was. This module is the projector's side; a reader's own work is in reading.py, the frames in messages.py, and
+readers are forked by the fork server of forks.py (a start takes milliseconds after the first), which its owner
+hands in.
 The projector stays the only writer: readers never open the database. A reader ends when its socket closes (the
 projector stopped or died; one that reached ``to_seq`` hands over what it has and waits for that). It stops with
 ``Failed`` when it cannot go on: a row Arrow refuses (the projector applies that cut itself), or its
@@ -31,27 +35,29 @@ import select
 import signal
 import socket
 import threading
+from collections.abc import Callable
 
 import msgspec
 
+from voltbus.projections import prepare
 from voltbus.projections.ipc import from_ipc
-from voltbus.projections.prepare import Part, Prepared, rollout_part
+from voltbus.projections.prepare import Part, Prepared
 from voltbus.services.frames import receive
 from voltbus.services.settings import NatsSettings
 
 from .forks import Forks
-from .messages import FRAMES, Arrived, Batch, Failed, Frame, Start, States, Upto
+from .messages import FRAMES, Arrived, Batch, Failed, Frame, Need, Start, States, Upto
 
 log = logging.getLogger(__name__)
 
-CHUNK = 5000
-"""Rollout states per ``States`` frame."""
 AHEAD = 2
 """Cuts the projector keeps asked for: the readers prepare the next while it writes one."""
 ANSWER_S = 60.0
 """Longest the projector waits for a reader's share of a cut before it gives up on the reader."""
 State = tuple[str, bytes]
 """A rollout's folded state, as ``rollout_states`` keeps it."""
+Loader = Callable[[list[str]], list[State]]
+"""The committed folds of some rollouts (those stored), read from the projector's database."""
 
 
 class ReaderFailed(Exception):
@@ -68,8 +74,20 @@ class Reader:
     """One reader process, seen from the projector: frames are read by a thread of its own (blocking
     calls: a batch of model calls goes past the event loop) and handed to the loop."""
 
-    def __init__(self, forks: Forks, stream: str, part: Part, pid: int, sock: socket.socket) -> None:
+    def __init__(
+        self, forks: Forks, stream: str, part: Part, pid: int, sock: socket.socket, loader: Loader | None = None
+    ) -> None:
         self.forks, self.stream, self.part, self.pid, self.sock = forks, stream, part, pid, sock
+        self.loader = loader
+        """Where the folds the reader asks for are read (control)."""
+        self.committed: Callable[[], int] = lambda: 0
+        """How far the projector has committed the stream (told with each ask)."""
+        self.folds = 0
+        """Folded rollout states the reader process kept after its last batch, and the most it kept (``most``)."""
+        self.most = 0
+        self._sending = threading.Lock()
+        """One frame at a time on the socket: asks from the loop, answers from a thread."""
+        self._answering: set[asyncio.Task[None]] = set()
         self.pidfd: int | None = None
         """The reader's process as a descriptor (Linux): waited on and killed without mistaking another
         process that got its pid (the fork server lets the system reap its readers)."""
@@ -93,30 +111,31 @@ class Reader:
         part: Part,
         from_seq: int,
         to_seq: int | None,
-        states: list[State],
+        loader: Loader | None = None,
+        committed: Callable[[], int] | None = None,
     ) -> Reader:
-        """Start a reader of a share of ``stream`` from ``from_seq``, forked by ``forks``; ``states``: the committed
-        folds of the share."""
+        """Start a reader of a share of ``stream`` from ``from_seq``, forked by ``forks``; ``loader``: where the
+        committed folds it asks for are read (control), ``committed``: how far the projector has committed."""
         ours, theirs = socket.socketpair()
         try:
             pid = await asyncio.to_thread(forks.fork, theirs)
         finally:
             theirs.close()
-        self = cls(forks, stream, part, pid, ours)
+        self = cls(forks, stream, part, pid, ours, loader)
+        self.committed = committed or self.committed
         self.tail = from_seq - 1
         forks.live.add(self)
-        chunks = [states[i : i + CHUNK] for i in range(0, len(states), CHUNK)]
         start = Start(
             settings=settings.model_dump_json(),
             stream=stream,
             from_seq=from_seq,
             to_seq=to_seq,
             part=part,
-            states=len(chunks),
+            kept=prepare.STATES_KEPT,
             log_level=logging.getLogger("voltbus").getEffectiveLevel(),
         )
         try:
-            await asyncio.to_thread(self._send, [start, *(States(blobs=chunk) for chunk in chunks)])
+            await asyncio.to_thread(self._send, [start])
         except BaseException:
             await self.close()
             raise
@@ -126,7 +145,7 @@ class Reader:
     def ask(self, seq: int) -> None:
         """Ask for this share's tables up to ``seq`` (a few bytes: the socket never holds the loop up)."""
         try:
-            self.sock.sendall(FRAMES.frame(Upto(seq=seq)))
+            self._send([Upto(seq=seq, committed=self.committed())])
         except OSError as exc:
             self._fail(ReaderFailed(f"the reader process of {self.stream} went away ({exc})"))
 
@@ -139,8 +158,19 @@ class Reader:
         return item
 
     def _send(self, frames: list[Frame]) -> None:
-        for message in frames:
-            self.sock.sendall(FRAMES.frame(message))
+        with self._sending:
+            for message in frames:
+                self.sock.sendall(FRAMES.frame(message))
+
+    async def _answer(self, need: Need) -> None:
+        """Send the reader the committed folds it needs (read on a thread: the loop goes on)."""
+        try:
+            if self.loader is None:
+                raise OSError("this stream has no folds")
+            blobs = await asyncio.to_thread(self.loader, need.rollout_ids)
+            await asyncio.to_thread(self._send, [States(blobs=blobs)])
+        except Exception as exc:  # the database or the socket: the reader cannot go on
+            self._fail(ReaderFailed(f"the folds the reader of {self.stream} needs were not sent ({exc})"))
 
     def _read(self) -> None:
         try:
@@ -158,8 +188,12 @@ class Reader:
                 self.tail, self.seen = message.seq, message.seen
                 self.arrived.set()
             case Batch():
-                self.seen = message.seen
+                self.seen, self.folds, self.most = message.seen, message.folds, max(self.most, message.folds)
                 self.batches.put_nowait(message)
+            case Need():
+                task = self._loop.create_task(self._answer(message))
+                self._answering.add(task)
+                task.add_done_callback(self._answering.discard)
             case Failed():
                 reason = f"the reader process of {self.stream} stopped: {message.reason}"
                 self._fail(ReaderFailed(reason, message.cut))
@@ -210,18 +244,18 @@ class Readers:
         count: int,
         position: int,
         to_seq: int | None,
-        states: list[State],
+        loader: Loader | None = None,
+        committed: Callable[[], int] | None = None,
     ) -> Readers:
-        """``count`` readers of ``stream`` after ``position``, forked by ``forks``; ``states``: the committed folds
-        (control)."""
+        """``count`` readers of ``stream`` after ``position``, forked by ``forks``; ``loader`` and ``committed``: see
+        ``Reader.start`` (control)."""
         readers: list[Reader] = []
-        shares: list[list[State]] = [[] for _ in range(count)]
-        for state in states:
-            shares[rollout_part(state[0], count)].append(state)
         try:
-            for index, share in enumerate(shares):
+            for index in range(count):
                 part = (index, count)
-                readers.append(await Reader.start(forks, settings, stream, part, position + 1, to_seq, share))
+                readers.append(
+                    await Reader.start(forks, settings, stream, part, position + 1, to_seq, loader, committed)
+                )
         except BaseException:
             for started in readers:
                 await started.close()

@@ -17,7 +17,7 @@ from voltbus.services.eventlog import EventLog, connect
 from voltbus.services.frames import next_frame
 from voltbus.services.settings import NatsSettings
 
-from .messages import BUFFERED, FRAMES, Arrived, Batch, Failed, Frame, Start, States, Upto
+from .messages import BUFFERED, FRAMES, Arrived, Batch, Failed, Frame, Need, Start, States, Upto
 
 HOLD = 4
 """Batches' worth of received messages a reader holds before it waits for the projector to ask."""
@@ -40,11 +40,6 @@ async def _serve(sock: socket.socket) -> None:
     assert isinstance(start, Start), start
     label = f"{start.stream} {start.part[0] + 1}/{start.part[1]}"
     logging.basicConfig(level=start.log_level, format=f"%(asctime)s voltbus reader ({label}): %(message)s")
-    states: dict[str, Any] = {}
-    for _ in range(start.states):
-        chunk = await _receive(reader)
-        assert isinstance(chunk, States), chunk
-        states.update(load_states(chunk.blobs))
     try:
         settings = NatsSettings.model_validate_json(start.settings)
         log_ = EventLog(await connect(settings, f"voltbus-reader-{start.stream}"), settings)  # the streams exist
@@ -52,11 +47,10 @@ async def _serve(sock: socket.socket) -> None:
         writer.write(FRAMES.frame(Failed(reason=f"{type(exc).__name__}: {exc}")))
         await writer.drain()
         return
-    asks: collections.deque[int] = collections.deque()
-    asked = asyncio.Event()
-    listening = asyncio.create_task(_listen(reader, asks, asked))  # ends when the projector closes the socket
-    preparer = Preparer({start.stream: start.from_seq - 1}, states, start.part)
-    work = asyncio.create_task(_work(log_, start, preparer, writer, asks, asked))
+    asks = Asks()
+    listening = asyncio.create_task(_listen(reader, asks))  # ends when the projector closes the socket
+    preparer = Preparer({start.stream: start.from_seq - 1}, {}, start.part)
+    work = asyncio.create_task(_work(log_, start, preparer, writer, asks))
     try:
         await asyncio.wait([listening, work], return_when=asyncio.FIRST_COMPLETED)
         if work.done():  # the stream reached to_seq, or reading failed
@@ -80,13 +74,34 @@ async def _receive(reader: asyncio.StreamReader) -> Frame:
     return FRAMES.decode(await next_frame(reader))
 
 
-async def _listen(reader: asyncio.StreamReader, asks: collections.deque[int], asked: asyncio.Event) -> None:
+class Asks:
+    """What the projector said: the cuts it asked for, how far it has committed, the folds it sent."""
+
+    def __init__(self) -> None:
+        self.cuts: collections.deque[int] = collections.deque()
+        self.asked = asyncio.Event()
+        self.committed = 0
+        self.folds: asyncio.Queue[States] = asyncio.Queue()
+
+
+async def _listen(reader: asyncio.StreamReader, asks: Asks) -> None:
     with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
         while True:
-            ask = await _receive(reader)
-            if isinstance(ask, Upto):
-                asks.append(ask.seq)
-                asked.set()
+            match await _receive(reader):
+                case Upto() as ask:
+                    asks.cuts.append(ask.seq)
+                    asks.committed = max(asks.committed, ask.committed)
+                    asks.asked.set()
+                case States() as folds:
+                    asks.folds.put_nowait(folds)
+
+
+async def _folds(preparer: Preparer, items: list[Any], writer: asyncio.StreamWriter, asks: Asks) -> None:
+    """The committed folds of the rollouts of ``items`` the preparer does not keep, asked of the projector."""
+    if wanted := preparer.missing(items):
+        writer.write(FRAMES.frame(Need(rollout_ids=wanted)))
+        await writer.drain()
+        preparer.states.update(load_states((await asks.folds.get()).blobs))
 
 
 async def _work(
@@ -94,8 +109,7 @@ async def _work(
     start: Start,
     preparer: Preparer,
     writer: asyncio.StreamWriter,
-    asks: collections.deque[int],
-    asked: asyncio.Event,
+    asks: Asks,
 ) -> None:
     stream, end, (index, count) = start.stream, start.to_seq, start.part
     feed = projector_feed(log_, stream)
@@ -107,22 +121,26 @@ async def _work(
     began = seen = feed.seen
     try:
         while end is None or preparer.positions[stream] < end:
-            if asks and asks[0] <= tail:  # a cut that every reader has received: this share's tables
-                cut, items = asks.popleft(), []
+            if asks.cuts and asks.cuts[0] <= tail:  # a cut that every reader has received: this share's tables
+                cut, items = asks.cuts.popleft(), []
                 while held and held[0].seq <= cut:
                     items.append(held.popleft())
+                if stream == "control":
+                    await _folds(preparer, items, writer, asks)
                 # Prepared here on the loop, not in a thread: the two would take turns with the interpreter lock,
                 # each waiting for the other. Meanwhile deliveries wait in the socket.
                 try:
                     batch = _batch(preparer, stream, items, cut, seen)
                 except Exception as exc:
                     raise Unprepared(f"{type(exc).__name__}: {exc}", cut) from exc
+                preparer.forget(asks.committed, start.kept)
+                batch.folds = len(preparer.states)
                 writer.write(FRAMES.frame(batch))
                 await writer.drain()
                 continue
-            if len(held) >= HOLD * BATCH_HINT and not asks:
-                asked.clear()
-                await asked.wait()  # enough held: wait for the projector to ask
+            if len(held) >= HOLD * BATCH_HINT and not asks.cuts:
+                asks.asked.clear()
+                await asks.asked.wait()  # enough held: wait for the projector to ask
                 continue
             items = await feed.batch(BATCH_HINT, POLL_S, to_seq=end)  # short: an ask waits for it
             seen = feed.seen

@@ -192,6 +192,11 @@ def query(
         raise QueryRefused(
             "timeout", f"the query ran past {limits.timeout_s:g} s and was interrupted (projector.sql_timeout_s)"
         ) from None
+    except duckdb.OutOfMemoryException as exc:
+        why = str(exc).splitlines()[0]
+        raise QueryRefused(
+            "out_of_memory", f"the query needs more memory than DuckDB has under projector.duckdb_memory_limit: {why}"
+        ) from None
     except duckdb.Error as exc:
         raise QueryRefused("sql_error", f"SQL error: {exc}") from None
     finally:

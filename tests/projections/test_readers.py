@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from voltbus.projections import prepare
 from voltbus.services.eventlog import EventLog
 from voltbus.services.projector.client import rebuild
 from voltbus.services.projector.follow import ends_at, project
@@ -100,6 +101,28 @@ async def test_a_live_projection_with_readers_equals_a_rebuild(store: Store, tmp
     finally:
         tables = await live.tables()
     assert tables == await build(store.log, tmp_path / "rebuilt.duckdb", readers=0)
+
+
+async def test_control_readers_keep_the_folds_of_recent_rollouts_only(
+    store: Store, tmp_path: Path, forks: Forks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A control reader keeps about ``STATES_KEPT`` folds however many rollouts ran (issue 25): it asks the projector
+    for the others when their events come, and the projection equals one built in this process."""
+    monkeypatch.setattr(prepare, "STATES_KEPT", 3)
+    batch = 3
+    live = Live(store.log, tmp_path / "live.duckdb", readers={"control": 2, "spans": 0}, batch_size=batch, forks=forks)
+    try:
+        first = (await write(store, 60))[0]  # 30 rollouts a share
+        await live.reach()
+        await store.update_rollout(first, metadata={"late": True})  # long forgotten by its reader
+        await live.reach()
+        readers = [r for r in forks.live if r.stream == "control"]
+        assert len(readers) == 2 and all(r.folds > 0 for r in readers)
+        assert max(r.most for r in readers) <= 3 + 4 * batch  # kept + the rollouts of the cuts not yet committed
+    finally:
+        tables = await live.tables()
+    assert tables == await build(store.log, tmp_path / "rebuilt.duckdb", readers=0)
+    assert '"late"' in next(str(row) for row in tables["rollouts"] if row[0] == first)
 
 
 async def test_a_batch_from_a_reader_that_the_database_refuses_is_applied_here(store: Store, tmp_path: Path) -> None:
@@ -253,14 +276,17 @@ async def test_a_rebuild_keeps_its_backlog_reader_to_the_end(
     assert not forks.live
 
 
-async def test_no_backlog_reader_when_the_database_holds_more_rollouts_than_the_backlog(
+async def test_a_backlog_reader_of_a_grown_database_asks_for_the_folds_it_needs(
     store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A reader gets no fold at start: one of a database holding more rollouts than its backlog asks the projector
+    for the folds of the rollouts its events change, and the projection equals a rebuild."""
     caplog.set_level("INFO", logger="voltbus.services.projector.follow")
     await write(store, 30)
     path = tmp_path / "grown.duckdb"
-    await build(store.log, path, readers=0)
+    late = (await build(store.log, path, readers=0))["rollouts"][0][0]
     await write(store, 2, tag="late")  # a few more events of each stream than the backlog needs
+    await store.update_rollout(late, metadata={"late": True})  # an event of a rollout folded before
     projector = Projector(path)
     try:
         behind = {s: end - projector.positions[s] for s, end in (await ends_at(store.log)).items()}
@@ -268,6 +294,8 @@ async def test_no_backlog_reader_when_the_database_holds_more_rollouts_than_the_
         assert 3 <= behind["control"] < rollouts and behind["spans"] >= 3, (behind, rollouts)
         await project(projector, store.log, ends=await ends_at(store.log), batch_size=7, backlog=3)
         assert dump(projector.con) == await build(store.log, tmp_path / "rebuilt.duckdb", readers=0)
+        [(metadata,)] = projector.con.execute("SELECT metadata FROM rollouts WHERE rollout_id = ?", [late]).fetchall()
+        assert '"late"' in metadata
     finally:
         projector.close()
-    assert backlog_lines(caplog, "a backlog") == ["spans"]  # the 30 folded rollouts would cost more to hand over
+    assert backlog_lines(caplog, "a backlog") == ["control", "spans"]

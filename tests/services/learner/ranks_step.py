@@ -62,21 +62,28 @@ class Options:
     """``learner.lora_rank`` (0: full weights)."""
     resume: str = ""
     """A saved version to start from, optimizer included (as a resumed learner does)."""
+    other_model: str = ""
+    """The model directory ranks > 0 load (default: rank 0's)."""
 
 
 def run_step(
     model_dir: Path, out: Path, ranks: int, rows: int, epochs: int, kl: float, backend: str = "torch", **more: Any
 ) -> dict:
-    """This script in a subprocess, under ``torchrun`` when ``ranks`` > 1; returns rank 0's report. ``more``: the
-    other ``Options`` (``repeats``, ``extra``, ``threads``, ``lora``, ``resume``)."""
+    """This script in a subprocess, under ``torchrun`` when ``ranks`` > 1; returns rank 0's report, or with
+    ``fails=True`` the output of a run that must fail (``{"output": ...}``). ``more``: the other ``Options``
+    (``repeats``, ``extra``, ``threads``, ``lora``, ``resume``, ``other_model``)."""
     out.mkdir()
-    options = asdict(Options(epochs, kl, backend, **{k: str(v) if k == "resume" else v for k, v in more.items()}))
+    fails = more.pop("fails", False)
+    options = asdict(Options(epochs, kl, backend, **{k: v if isinstance(v, int) else str(v) for k, v in more.items()}))
     command = [str(Path(__file__)), str(model_dir), str(out), json.dumps({"rows": rows, **options})]
     if ranks > 1:
         command = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *command]
     torchrun = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     env = {k: v for k, v in os.environ.items() if k not in torchrun}  # a verl test of this process may set them
     done = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, timeout=400)
+    if fails:
+        assert done.returncode != 0
+        return {"output": done.stdout + done.stderr}
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads((out / "stats.json").read_text())
 
@@ -110,6 +117,8 @@ def main() -> None:
     )  # fmt: skip
     env = TorchrunEnvironment()
     ranks.start(env, settings)
+    if env.rank > 0 and o.other_model:
+        settings = settings.model_copy(update={"model_dir": Path(o.other_model)})
     if env.rank > 0:
         actor = ranks.follow(settings, rank_actor)
         if isinstance(actor, ranks.TorchShare):

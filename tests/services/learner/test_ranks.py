@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from voltbus.model import weights_sha256
+from voltbus.model import build_tiny_model, build_tokenizer, save_model_dir, weights_sha256
 from voltbus.services.learner.grpo.lora import ADAPTER, FORMAT, ref_fields
 from voltbus.services.learner.grpo.policy import WEIGHTS
 
@@ -76,3 +76,12 @@ def test_two_ranks_resumed_from_a_version_continue_as_if_never_stopped(
     rank1 = load_file(tmp_path / "again" / "rank-1.safetensors")
     assert float(differences({k: rank1[k] for k in after_two}, after_two).max()) < 1e-6
     assert resumed["stats"]["loss"] == pytest.approx(through["stats"]["loss"], rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.timeout(600)
+def test_lora_ranks_that_loaded_different_base_weights_refuse_to_train(policy_dir: Path, tmp_path: Path) -> None:
+    other = save_model_dir(build_tiny_model(1), build_tokenizer(), tmp_path / "other")
+    failed = run_step(policy_dir, tmp_path / "two", 2, 3, 1, 0.0, lora=4, other_model=other, fails=True)
+    # each rank loads the base itself (only the adapter is sent): a rank on another base would train another model
+    refused = f"rank 1 loaded base weights {weights_sha256(other)}, rank 0 {weights_sha256(policy_dir)}"
+    assert refused in failed["output"]

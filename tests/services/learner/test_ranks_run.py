@@ -104,3 +104,22 @@ def test_offline_training_under_torchrun_is_the_training_of_one_rank(
     assert float(differences(single, start).mean()) > 5e-4  # two steps moved every weight by about lr
     apart = differences(two, single)  # float sums in another order: see test_ranks.py
     assert float(apart.max()) < 5e-4 and float(apart.mean()) < 1e-7
+
+
+@pytest.mark.timeout(600)
+def test_offline_training_under_torchrun_with_nothing_selected_fails_on_every_rank(
+    nats_settings: NatsSettings, policy_dir: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "projection.duckdb"
+    asyncio.run(rebuild(Settings(nats=nats_settings), db, print))  # an empty log: no rows
+    env = {
+        **os.environ,
+        "VOLTBUS_NATS__NAMESPACE": nats_settings.namespace,
+        "VOLTBUS_LEARNER__WEIGHTS_DIR": str(tmp_path),
+    }
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--no-python", VOLTBUS, "train"]
+    command += ["--offline", "--from-run", "none", "--db", str(db), "--model", str(policy_dir)]
+    command += ["--nats-url", nats_settings.url]
+    done = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, timeout=300)
+    # rank 0 says why and exits; torchrun ends rank 1, which was waiting for its first batch: no hang
+    assert done.returncode != 0 and "no training rows match the selection" in done.stdout + done.stderr

@@ -52,3 +52,21 @@ def test_two_verl_ranks_train_the_lora_adapter_of_one(policy_dir: Path, tmp_path
     moved = torch.cat([single[k].abs().flatten() for k in single if ".lora_B." in k])  # B starts at 0
     apart = differences(ranked, single)
     assert float(moved.mean()) > 5e-4 and float(apart.mean()) < 0.01 * float(moved.mean())
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("lora", [0, 4], ids=["full", "lora"])
+def test_two_verl_ranks_resumed_from_a_version_continue_as_if_never_stopped(
+    policy_dir: Path, tmp_path: Path, lora: int
+) -> None:
+    through = run_step(policy_dir, tmp_path / "through", 2, 5, 1, 0.0, "verl", repeats=2, lora=lora)
+    first = run_step(policy_dir, tmp_path / "first", 2, 5, 1, 0.0, "verl", lora=lora)
+    again = run_step(
+        policy_dir, tmp_path / "again", 2, 5, 1, 0.0, "verl", lora=lora, resume=Path(first["saved"]).parent
+    )
+    after_one, after_two, resumed = (load_file(r["saved"]) for r in (first, through, again))
+    second_step = differences(after_two, after_one)
+    assert float(second_step.mean()) > 1e-4  # the second update moved the weights
+    # every rank read the version (weights or adapter, and the optimizer's state): the update of an unstopped run
+    assert float(differences(resumed, after_two).mean()) < 0.01 * float(second_step.mean())
+    assert again["stats"]["loss"] == pytest.approx(through["stats"]["loss"], rel=1e-4)

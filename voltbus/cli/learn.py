@@ -50,6 +50,8 @@ def train(
     updates = {"model_dir": model, "run_id": run_id, "seed": seed}
     settings.learner = settings.learner.model_copy(update={k: v for k, v in updates.items() if v is not None})
     result = asyncio.run(train_offline(settings, selection, epochs, say, db))
+    if result is None:  # a rank > 0 under torchrun: rank 0 reports the run
+        return
     say(
         f"offline run {result['run_id']}: {result['rows']} rows, dataset {result['dataset_sha256']}, "
         f"published {result['published']}"

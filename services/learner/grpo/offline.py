@@ -7,7 +7,7 @@ shuffled by the seed, each one PPO-clip step whose importance ratios use the log
 sampling time (the policy being trained is not the one that sampled). Same selection and seed: the
 same dataset hash and the same updates. The run is recorded like an online one (``RunStarted`` with
 the selection and the hash, ``CheckpointSaved`` and ``StepCompleted`` per step, the final version
-published under the run's bundle).
+published under the run's bundle). Under ``torchrun`` rank 0 does all this and the update is data parallel.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pyarrow as pa
 from voltbus.services.clients.store import connect
 from voltbus.services.settings import Settings, TorchrunEnvironment
 
-from ..backend import check_backend, load_actor
+from ..backend import check_backend, load_actor, rank_actor
 from ..session import LearnerError, Session, new_run_id
 from .batch import prepare
 from .loop import GRPO
@@ -69,12 +69,31 @@ def read_local(db: Path, sql: str, params: dict[str, Any]) -> pa.Table:
 
 async def train_offline(
     settings: Settings, selection: Selection, epochs: int, say: Callable[[str], None], db: Path | None = None
+) -> dict[str, Any] | None:
+    """Train a new run on the selection; returns its id, the dataset hash and the per-step metrics. Started by
+    ``torchrun`` with ``WORLD_SIZE`` > 1: rank 0 reads the rows and records the run, and each update is data parallel
+    over the ranks (``ranks.py``); the other ranks only follow its updates and return None."""
+    check_backend(settings.learner)  # a missing verl or GPU fails before anything is read or recorded
+    env = TorchrunEnvironment()
+    if env.world_size == 1:
+        return await _train(settings, selection, epochs, say, db)
+    from . import ranks
+
+    await asyncio.to_thread(ranks.start, env, settings.learner)
+    if env.rank > 0:
+        say(f"rank {env.rank} of {env.world_size}: following rank 0's offline updates")
+        await asyncio.to_thread(ranks.follow, settings.learner, rank_actor)
+        return None
+    say(f"rank 0 of {env.world_size}: reads the rows and shares each update with {env.world_size - 1} more ranks")
+    result = await _train(settings, selection, epochs, say, db)
+    ranks.stop()  # not on an error: torchrun ends the other ranks when rank 0 fails
+    return result
+
+
+async def _train(
+    settings: Settings, selection: Selection, epochs: int, say: Callable[[str], None], db: Path | None
 ) -> dict[str, Any]:
-    """Train a new run on the selection; returns its id, the dataset hash and the per-step metrics."""
     s = settings.learner
-    check_backend(s)  # a missing verl or GPU fails before anything is read or recorded
-    if TorchrunEnvironment().world_size > 1:  # each rank would train and record a run of its own
-        raise LearnerError("voltbus train --offline runs on one rank: start it without torchrun")
     run_id = s.run_id or new_run_id()
     store = await connect(settings=settings.nats, name="voltbus-learner-offline")
     session = Session(store, run_id, settings.projector)

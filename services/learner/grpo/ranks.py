@@ -100,8 +100,15 @@ class TorchShare:
 
 
 def share_state(policy: Policy) -> None:
-    """Every rank takes rank 0's weights and optimizer state (rank 0 may have resumed from a checkpoint)."""
-    for tensor in policy.model.state_dict().values():
+    """Every rank takes rank 0's weights and optimizer state (rank 0 may have resumed from a checkpoint); with LoRA
+    only the adapter's: every rank loaded the same frozen base (checked by its sha256), which is not sent."""
+    tensors = list(policy.model.state_dict().values())
+    if policy.settings.lora_rank:
+        tensors = [p.data for p in policy.model.parameters() if p.requires_grad]
+        base = _broadcast((policy.base_sha256,))[0]
+        if base != policy.base_sha256:
+            raise ValueError(f"rank {dist.get_rank()} loaded base weights {policy.base_sha256}, rank 0 {base}")
+    for tensor in tensors:
         dist.broadcast(tensor, src=0)
     state = _broadcast((policy.optimizer.state_dict(),) if dist.get_rank() == 0 else None)[0]
     if dist.get_rank() > 0:

@@ -301,7 +301,9 @@ class VerlActor:
         self.sections = verl_config(settings, self.source, flash)
         if settings.lora_rank and checkpoint is not None:
             self.sections["model"]["lora_adapter_path"] = str(adapter_to_resume(checkpoint, self.base_sha256))
-        self.worker, model = build_worker(self.sections, total_steps=settings.steps * settings.epochs)
+        with torch.random.fork_rng(devices=[]):  # peft's lora_A init: the same in every run (unseeded: each differed)
+            torch.manual_seed(settings.seed)
+            self.worker, model = build_worker(self.sections, total_steps=settings.steps * settings.epochs)
         self.actor_kwargs = self.sections["actor"]  # the loss's config (the engine has its own)
         self.loss_config = FSDPActorConfig(**self.actor_kwargs)
         self.reference = None

@@ -1,10 +1,10 @@
 """One learner update on a fixed batch, run by ``torchrun`` (the data-parallel test and bench_ranks.py), or alone.
 
-Usage: ``torchrun --standalone --nproc-per-node N ranks_step.py MODEL_DIR OUT ROWS [EPOCHS KL REPEATS BACKEND
-EXTRA THREADS]`` (``run_step`` below builds the command).
-BACKEND (7th argument) is ``torch`` (default) or ``verl``. Rank 0 saves the version through the actor (a collective
-save) and writes ``stats.json`` (the update's statistics, the seconds of each repeat, the saved weights' path);
-with the CPU policy each other rank also writes its weights (``rank-<r>.safetensors``). WORLD_SIZE unset: one rank.
+Usage: ``torchrun --standalone --nproc-per-node N ranks_step.py MODEL_DIR OUT OPTIONS`` (``run_step`` below builds
+the command; OPTIONS is a JSON object of ``Options``' fields). Rank 0 saves the version through the actor (a
+collective save) and writes ``stats.json`` (the update's statistics, the seconds of each repeat, the saved weights'
+path); with the CPU policy each other rank also writes its weights, or with LoRA its adapter
+(``rank-<r>.safetensors``). WORLD_SIZE unset: one rank.
 """
 
 from __future__ import annotations
@@ -14,14 +14,16 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
 
 from voltbus.model import load_model_dir, sequence_logprobs
 from voltbus.services.learner.backend import load_actor, rank_actor
-from voltbus.services.learner.grpo import ranks
+from voltbus.services.learner.grpo import lora, ranks
 from voltbus.services.learner.grpo.objective import Row
 from voltbus.services.learner.grpo.policy import Policy
 from voltbus.services.settings import LearnerSettings, TorchrunEnvironment
@@ -43,20 +45,45 @@ def batch(model_dir: Path, n: int, extra: int = 0) -> tuple[list[Row], dict[str,
     return rows, advantages
 
 
+@dataclass
+class Options:
+    """What one ``ranks_step`` run does besides the batch's size (``rows``)."""
+
+    epochs: int = 1
+    kl: float = 0.0
+    backend: str = "torch"
+    repeats: int = 1
+    """Updates on the batch, each timed."""
+    extra: int = 0
+    """Tokens added to each response."""
+    threads: int = 0
+    """Torch threads per rank (0: torch's default)."""
+    lora: int = 0
+    """``learner.lora_rank`` (0: full weights)."""
+    resume: str = ""
+    """A saved version to start from, optimizer included (as a resumed learner does)."""
+    other_model: str = ""
+    """The model directory ranks > 0 load (default: rank 0's)."""
+
+
 def run_step(
-    model_dir: Path, out: Path, ranks: int, rows: int, epochs: int, kl: float, backend: str = "torch", **more: int
+    model_dir: Path, out: Path, ranks: int, rows: int, epochs: int, kl: float, backend: str = "torch", **more: Any
 ) -> dict:
-    """This script in a subprocess, under ``torchrun`` when ``ranks`` > 1; returns rank 0's report. ``more``:
-    ``repeats`` (updates), ``extra`` (tokens added to each response), ``threads`` (torch threads per rank)."""
+    """This script in a subprocess, under ``torchrun`` when ``ranks`` > 1; returns rank 0's report, or with
+    ``fails=True`` the output of a run that must fail (``{"output": ...}``). ``more``: the other ``Options``
+    (``repeats``, ``extra``, ``threads``, ``lora``, ``resume``, ``other_model``)."""
     out.mkdir()
-    numbers = [str(more.get(k, d)) for k, d in (("repeats", 1), ("extra", 0), ("threads", 0))]
-    command = [str(Path(__file__)), str(model_dir), str(out), str(rows), str(epochs), str(kl), numbers[0], backend]
-    command += numbers[1:]
+    fails = more.pop("fails", False)
+    options = asdict(Options(epochs, kl, backend, **{k: v if isinstance(v, int) else str(v) for k, v in more.items()}))
+    command = [str(Path(__file__)), str(model_dir), str(out), json.dumps({"rows": rows, **options})]
     if ranks > 1:
         command = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *command]
     torchrun = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     env = {k: v for k, v in os.environ.items() if k not in torchrun}  # a verl test of this process may set them
     done = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, timeout=400)
+    if fails:
+        assert done.returncode != 0
+        return {"output": done.stdout + done.stderr}
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads((out / "stats.json").read_text())
 
@@ -68,35 +95,43 @@ def differences(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> torch
 
 
 def weights(policy: Policy) -> dict[str, torch.Tensor]:
-    """The policy's tensors, each its own copy (tied ones share memory, which safetensors refuses)."""
+    """The policy's trained tensors, each its own copy (tied ones share memory, which safetensors refuses): the
+    whole model, or with LoRA the adapter (what a version holds)."""
+    if policy.settings.lora_rank:
+        return lora.adapter_state(policy.model)
     return {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
 
 
 def main() -> None:
-    model_dir, out, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-    epochs, kl, repeats = (int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6])) if len(sys.argv) > 6 else (1, 0, 1)
-    backend = sys.argv[7] if len(sys.argv) > 7 else "torch"
-    extra, threads = (int(sys.argv[8]), int(sys.argv[9])) if len(sys.argv) > 9 else (0, 0)
-    if threads:
-        torch.set_num_threads(threads)
-    if backend == "verl":
+    model_dir, out, given = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+    n, o = given.pop("rows"), Options(**given)
+    if o.threads:
+        torch.set_num_threads(o.threads)
+    if o.backend == "verl":
         from verl_cpu import use_cpu_if_no_gpu  # beside this file; before verl's engine is imported
 
         use_cpu_if_no_gpu()
     settings = LearnerSettings(
-        model_dir=model_dir, weights_dir=out, epochs=epochs, kl_coef=kl, lr=1e-3, backend=backend, micro_batch_size=2
-    )
+        model_dir=model_dir, weights_dir=out, epochs=o.epochs, kl_coef=o.kl, lr=1e-3, backend=o.backend,
+        micro_batch_size=2, lora_rank=o.lora,
+    )  # fmt: skip
     env = TorchrunEnvironment()
     ranks.start(env, settings)
+    if env.rank > 0 and o.other_model:
+        settings = settings.model_copy(update={"model_dir": Path(o.other_model)})
     if env.rank > 0:
         actor = ranks.follow(settings, rank_actor)
         if isinstance(actor, ranks.TorchShare):
             save_file(weights(actor.policy), out / f"rank-{env.rank}.safetensors")
         return
-    rows, advantages = batch(model_dir, n, extra)
-    actor = ranks.DataParallelActor(settings, None, rank_actor) if env.world_size > 1 else load_actor(settings)
+    rows, advantages = batch(model_dir, n, o.extra)
+    checkpoint = Path(o.resume) if o.resume else None
+    if env.world_size > 1:
+        actor = ranks.DataParallelActor(settings, checkpoint, rank_actor)
+    else:
+        actor = load_actor(settings, checkpoint)
     seconds, stats = [], {}
-    for _ in range(repeats):
+    for _ in range(o.repeats):
         started = time.perf_counter()
         stats = actor.update(rows, advantages)
         seconds.append(time.perf_counter() - started)

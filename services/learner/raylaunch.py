@@ -113,7 +113,8 @@ def _placed(ray: Any, s: RaySettings, entry: Callable[[], Any], say: Callable[[s
         port = _answers(ray, [actors[0].free_port.remote()], s.timeout_s)[0]
         envs = torchrun_env(places, port)
         for r, (_, ip) in enumerate(places):
-            say(f"ray: rank {r} of {s.ranks} on node {ip} ({one}); rank 0 meets the others at {ip}:{port}")
+            say(f"ray: rank {r} of {s.ranks} on node {ip} ({one})")
+        say(f"ray: the ranks meet at rank 0's {envs[0]['MASTER_ADDR']}:{port} (strategy {s.strategy})")
         return _results(ray, {a.run.remote(env, entry): r for r, (a, env) in enumerate(zip(actors, envs, strict=True))})
     finally:
         for actor in actors:

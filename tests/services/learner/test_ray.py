@@ -1,9 +1,11 @@
 """The learner's ranks as Ray actors (``services/learner/raylaunch.py``) on a local Ray of 2 CPUs started here: the
 same update as one rank, a failing rank fails the launch with its error and stops the others, a cluster too small
-is a clear error within the timeout, Ctrl-C tears the placement group down."""
+is a clear error within the timeout, Ctrl-C tears the placement group down; and ``voltbus learner --ray-ranks 2``
+through the whole system."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -16,14 +18,20 @@ from typing import Any
 import pytest
 from safetensors.torch import load_file
 
+from voltbus.schemas.training import RunFinished, StepCompleted
 from voltbus.services.learner.raylaunch import run_ranks
 from voltbus.services.learner.session import LearnerError
-from voltbus.services.settings import RaySettings
+from voltbus.services.settings import LearnerSettings, NatsSettings, RaySettings, Settings
+from voltbus.trainer.system import local_system
 
 from . import ray_ranks
+from .agents import text_agent
 from .ranks_step import differences, run_step
+from .runs import run_events
+from .test_resume import environment
 
 ROOT = Path(__file__).resolve().parents[3]
+VOLTBUS = str(Path(sys.executable).with_name("voltbus"))
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +61,7 @@ def test_two_ranks_on_ray_give_the_update_of_one(ray_cluster: Any, policy_dir: P
     (out := tmp_path / "two").mkdir()
     said: list[str] = []
     run_ranks(RaySettings(ranks=2), partial(ray_ranks.step, policy_dir, out, 7, 2, 0.1), said.append)
-    assert [line.split(" on node")[0] for line in said] == ["ray: rank 0 of 2", "ray: rank 1 of 2"]
+    assert [line.split(" on node")[0] for line in said[:2]] == ["ray: rank 0 of 2", "ray: rank 1 of 2"]
     two = __import__("json").loads((out / "stats.json").read_text())
     single, rank0, rank1 = load_file(one["saved"]), load_file(two["saved"]), load_file(out / "rank-1.safetensors")
     start = load_file(policy_dir / "model.safetensors")
@@ -112,3 +120,28 @@ def test_without_ray_the_launch_says_what_to_install(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as where it is not installed
     with pytest.raises(LearnerError, match=r"not installed: pip install 'voltbus\[ray\]' \(ray 2.60.0\)"):
         run_ranks(RaySettings(ranks=2), ray_ranks.wait, print)
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(600)
+async def test_the_learner_runs_on_two_ray_ranks_through_the_system(
+    ray_cluster: Any, nats_settings: NatsSettings, policy_dir: Path, task_file: Path, tmp_path: Path
+) -> None:
+    settings = Settings(nats=nats_settings, learner=LearnerSettings(model_dir=policy_dir, weights_dir=tmp_path / "w"))
+    address = ray_cluster.get_runtime_context().gcs_address
+    async with local_system(settings, text_agent, n_runners=6) as s:
+        env = {**environment(s, tmp_path / "w"), "VOLTBUS_LEARNER__RUN_ID": "run-ray", "VOLTBUS_LEARNER__STEPS": "2"}
+        command = ["learner", "--tasks", str(task_file), "--ray-ranks", "2", "--ray-address", address]
+        learner = await asyncio.create_subprocess_exec(
+            VOLTBUS, *command, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        output, _ = await asyncio.wait_for(learner.communicate(), 480)
+    text = output.decode(errors="replace")
+    assert learner.returncode == 0, text[-4000:]
+    assert "ray: rank 0 of 2 on node" in text and "ray: rank 1 of 2 on node" in text
+    events = await run_events(s.nats, "run-ray")
+    completed = [e for e in events if isinstance(e, StepCompleted)]
+    assert [e.step for e in completed] == [0, 1] and all(e.metrics["tokens"] > 0 for e in completed)
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "succeeded"
+    assert (tmp_path / "w" / "run-ray" / "step-1" / "model.safetensors").is_file()
+    assert all_released(ray_cluster)

@@ -86,12 +86,27 @@ def run_ranks(s: RaySettings, entry: Callable[[], Any], say: Callable[[str], Non
     ray = import_ray()
     started = not ray.is_initialized()
     if started:
-        ray.init(address=s.address)
+        join(ray, s)
     try:
         return _placed(ray, s, entry, say)
     finally:
         if started:
             ray.shutdown()
+
+
+def join(ray: Any, s: RaySettings) -> None:
+    """Connect to ``s.address`` (a ``HOST:PORT`` that does not answer within ``timeout_s`` is an error here: Ray
+    itself retries for minutes), or start a local Ray when it is None."""
+    host, _, port = (s.address or "").rpartition(":")
+    if host and "://" not in s.address and port.isdigit():
+        try:
+            socket.create_connection((host, int(port)), timeout=s.timeout_s).close()
+        except OSError as exc:
+            raise LearnerError(f"no Ray cluster answers at {s.address} (ray.address): {exc}") from None
+    try:
+        ray.init(address=s.address)
+    except ConnectionError as exc:
+        raise LearnerError(f"cannot join the Ray cluster at {s.address} (ray.address): {exc}") from None
 
 
 def _placed(ray: Any, s: RaySettings, entry: Callable[[], Any], say: Callable[[str], None]) -> list[Any]:

@@ -19,7 +19,7 @@ import pytest
 from safetensors.torch import load_file
 
 from voltbus.schemas.training import RunFinished, StepCompleted
-from voltbus.services.learner.raylaunch import run_ranks
+from voltbus.services.learner.raylaunch import join, run_ranks
 from voltbus.services.learner.session import LearnerError
 from voltbus.services.settings import LearnerSettings, NatsSettings, RaySettings, Settings
 from voltbus.trainer.system import local_system
@@ -145,3 +145,12 @@ async def test_the_learner_runs_on_two_ray_ranks_through_the_system(
     assert isinstance(events[-1], RunFinished) and events[-1].status == "succeeded"
     assert (tmp_path / "w" / "run-ray" / "step-1" / "model.safetensors").is_file()
     assert all_released(ray_cluster)
+
+
+@pytest.mark.ray
+def test_a_cluster_that_does_not_answer_is_a_clear_error() -> None:
+    ray = pytest.importorskip("ray")
+    started = time.monotonic()
+    with pytest.raises(LearnerError, match="no Ray cluster answers at 127.0.0.1:1 "):
+        join(ray, RaySettings(ranks=2, address="127.0.0.1:1", timeout_s=5))  # Ray itself would retry for minutes
+    assert time.monotonic() - started < 30

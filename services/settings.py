@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, Field, model_validator
@@ -47,6 +47,7 @@ __all__ = [
     "LearnerSettings",
     "NatsSettings",
     "ProjectorSettings",
+    "RaySettings",
     "RunnerSettings",
     "Settings",
     "StoreServerSettings",
@@ -183,6 +184,27 @@ class HttpSettings(BaseModel):
     allows, and warns when it does not."""
 
 
+class RaySettings(BaseModel):
+    """The learner's ranks as Ray actors, for a learner spread over nodes (``VOLTBUS_RAY__*``; docs/learning.md
+    "Several devices"): a placement group of one bundle per rank, each actor given torchrun's variables."""
+
+    ranks: int = Field(default=0, ge=0)
+    """Ranks to start as Ray actors (``voltbus learner --ray-ranks``); 0: no Ray (one process, or torchrun's)."""
+    address: str | None = None
+    """The Ray cluster to join: ``auto`` (the one ``ray start`` runs on this node), ``HOST:6379``, or Ray Client's
+    ``ray://HOST:10001``; None: start a Ray on this machine for the run (stopped after it)."""
+    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    """How the placement group lays the ranks' bundles on nodes: ``PACK`` as few nodes as possible, ``SPREAD`` as
+    many, ``STRICT_*`` refuse anything else (``STRICT_SPREAD``: one node per rank)."""
+    cpus_per_rank: float = Field(default=1.0, gt=0)
+    """CPUs reserved for each rank's bundle (and its actor)."""
+    gpus_per_rank: float | None = Field(default=None, ge=0)
+    """GPUs reserved for each rank; None: 1 where the cluster has GPUs, else 0 (a CPU cluster)."""
+    timeout_s: float = Field(default=60.0, gt=0)
+    """Longest wait for the cluster to place every rank; past it the learner fails, saying what it asked for and
+    what the cluster has (never waits for resources that may not come)."""
+
+
 class Settings(BaseSettings):
     """Every voltbus setting, one nested section per concern."""
 
@@ -210,6 +232,8 @@ class Settings(BaseSettings):
     """Agent Lightning 0.3 store server settings."""
     http: HttpSettings = Field(default_factory=HttpSettings)
     """Limits of every HTTP server (header size and count, read timeouts, open connections)."""
+    ray: RaySettings = Field(default_factory=RaySettings)
+    """The learner's ranks as Ray actors (``ray.ranks`` > 0)."""
     log_level: str = "INFO"
     """Logging level for every service."""
     credentials_file: Path | None = None

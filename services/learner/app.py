@@ -48,6 +48,24 @@ def refuse_early(settings: Settings, tasks: list[Any]) -> None:
     check_backend(settings.learner)
 
 
+def main(settings: Settings, tasks: list[Any], say: Callable[[str], None]) -> str:
+    """The learner: in this process (or this one of ``torchrun``'s), or with ``ray.ranks`` > 0 on that many Ray
+    actors (``raylaunch.py``: each runs ``rank``, as torchrun's processes run this module)."""
+    if not settings.ray.ranks:
+        return asyncio.run(run(settings, tasks, say))
+    from functools import partial
+
+    from .raylaunch import run_ranks
+
+    refuse_early(settings, tasks)
+    return run_ranks(settings.ray, partial(rank, settings, tasks), say)[0]
+
+
+def rank(settings: Settings, tasks: list[Any]) -> str:
+    """One of the learner's ranks on a Ray actor, whose variables say which (``RANK``, ``WORLD_SIZE``, ...)."""
+    return asyncio.run(run(settings, tasks, lambda line: print(line, flush=True)))
+
+
 async def run(settings: Settings, tasks: list[Any], say: Callable[[str], None]) -> str:
     """Train (or continue) the run named in the settings, validating before and after when asked;
     returns its id. A run that already finished is reported and left as it is. Started by ``torchrun`` with

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -155,16 +155,32 @@ def learner(
     time_budget_s: Annotated[
         float | None, typer.Option("--time-budget-s", help="stop after this much training")
     ] = None,
+    ray_ranks: Annotated[
+        int | None,
+        typer.Option("--ray-ranks", min=0, help="run on this many ranks as Ray actors [env: VOLTBUS_RAY__RANKS]"),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="Ray cluster to join: auto, HOST:6379 [env: VOLTBUS_RAY__ADDRESS]"),
+    ] = None,
+    ray_strategy: Annotated[
+        Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] | None,
+        typer.Option(
+            "--ray-strategy", help="how the ranks spread over nodes (default PACK) [env: VOLTBUS_RAY__STRATEGY]"
+        ),
+    ] = None,
     nats_url: NatsUrl = None,
     projector_url: ProjectorUrl = None,
 ) -> None:
     """Run the GRPO learner: publish versions, enqueue batches, train on their rows, resume after a crash."""
-    from voltbus.services.learner.app import load_tasks, refuse_early, run
+    from voltbus.services.learner.app import load_tasks, main, refuse_early
 
     settings = settings_for(nats_url, projector_url)
     updates = {"model_dir": model, "run_id": run_id, "steps": steps, "val_tasks": val_tasks}
     updates["time_budget_s"] = time_budget_s
     settings.learner = settings.learner.model_copy(update={k: v for k, v in updates.items() if v is not None})
+    ray = {"ranks": ray_ranks, "address": ray_address, "strategy": ray_strategy}
+    settings.ray = settings.ray.model_copy(update={k: v for k, v in ray.items() if v is not None})
     loaded = load_tasks(tasks)
     refuse_early(settings, loaded)  # before the projector is asked who it is
-    asyncio.run(run(projector_checked(settings), loaded, say))
+    main(projector_checked(settings), loaded, say)

@@ -27,8 +27,9 @@ class CoordinatorSettings(BaseModel):
     Keep it well above ``VOLTBUS_RUNNER__HEARTBEAT_S``. Attempts of a worker id whose runner restarted end at once."""
     snapshot_every_s: float = Field(default=30.0, ge=0)
     """Seconds between snapshots of the coordinator's state (its unfinished rollouts, claims and workers) in the
-    bus, written only when the control stream moved; a coordinator starts from the latest one and folds only the
-    events after it (0: no snapshots, every start folds the whole control stream)."""
+    bus, written only when the control stream moved (and also right after the start's catch-up and at a clean
+    stop); a coordinator starts from the latest one and folds only the events after it (0: no snapshots, every
+    start folds the whole control stream)."""
     snapshot_max_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
     """Largest snapshot written, in bytes once compressed; a larger state is not snapshotted (a warning says so)."""
 

@@ -4,6 +4,7 @@ letters and snapshot its state."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -13,7 +14,7 @@ from voltbus.services.settings import Settings
 
 from .handlers import catch_up, catch_up_spans, dead_letters, follow_control, follow_spans, timer
 from .liveness import Watch
-from .snapshot import load, snapshots
+from .snapshot import load, snapshot_now, snapshots
 from .tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             "dead letters": lambda: dead_letters(store),
             "timer": lambda: timer(store, tracker, settings.coordinator.tick_s, watch),
         }
+        limit, copies = settings.coordinator.snapshot_max_bytes, settings.nats.replicas
         if every > 0:
-            limit, copies = settings.coordinator.snapshot_max_bytes, settings.nats.replicas
             bodies["snapshots"] = lambda: snapshots(store, tracker, control, every, limit, written, copies)
         tasks = [
             asyncio.create_task(supervised(f"coordinator {name}", body, delay, log)) for name, body in bodies.items()
@@ -50,6 +51,10 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         for task in tasks:
             task.cancel()
         _, stuck = await asyncio.wait(tasks, timeout=5)
+        if every > 0 and not stuck:  # the next start folds only what comes after this stop
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(10):
+                    await snapshot_now(store, tracker, control[0], limit, written, copies)
         if stuck:
             log.warning("coordinator: %d task(s) did not stop in 5s; closing the connection under them", len(stuck))
     finally:

@@ -191,19 +191,25 @@ async def save(store: Store, tracker: Tracker, seq: int, max_bytes: int, replica
 
 async def snapshots(store: Store, tracker: Tracker, position: list[int], every: float, max_bytes: int,
                     written: list[int], replicas: int = 1) -> None:  # fmt: skip
-    """Every ``every`` seconds, write a snapshot if the control reader moved since the last one (``written``)."""
+    """Write a snapshot at once if the start folded events past the last one (a long catch-up is not paid twice),
+    then every ``every`` seconds if the control reader moved since the last one (``written``)."""
     while True:
+        await snapshot_now(store, tracker, position[0], max_bytes, written, replicas)
         await asyncio.sleep(every)
-        seq = position[0]
-        if seq <= written[0]:
-            continue
-        started = time.monotonic()
-        try:
-            size = await save(store, tracker, seq, max_bytes, replicas)
-        except FAILURES as exc:
-            log.warning("coordinator snapshot at seq %d not written: %r", seq, exc)
-            continue
-        if size is not None:
-            written[0] = seq
-            log.info("coordinator snapshot at control seq %d: %d rollouts, %d bytes in %.2fs",
-                     seq, len(tracker.rollouts), size, time.monotonic() - started)  # fmt: skip
+
+
+async def snapshot_now(store: Store, tracker: Tracker, seq: int, max_bytes: int, written: list[int],
+                       replicas: int = 1) -> None:  # fmt: skip
+    """Write a snapshot at ``seq`` unless the last one written is there already; failures are logged, not raised."""
+    if seq <= written[0]:
+        return
+    started = time.monotonic()
+    try:
+        size = await save(store, tracker, seq, max_bytes, replicas)
+    except FAILURES as exc:
+        log.warning("coordinator snapshot at seq %d not written: %r", seq, exc)
+        return
+    if size is not None:
+        written[0] = seq
+        log.info("coordinator snapshot at control seq %d: %d rollouts, %d bytes in %.2fs",
+                 seq, len(tracker.rollouts), size, time.monotonic() - started)  # fmt: skip

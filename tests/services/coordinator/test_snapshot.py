@@ -105,6 +105,30 @@ async def test_a_coordinator_starts_from_its_snapshot_and_folds_the_events_after
     assert f"(from snapshot seq {at})" in caplog.text
 
 
+async def test_a_long_catch_up_is_snapshotted_at_once_and_a_stop_writes_the_last_one(
+    store: Store, nats_settings: NatsSettings
+) -> None:
+    """The fold a start made is written as soon as it is caught up (not one ``snapshot_every_s`` later: a
+    coordinator stopped before then folded the whole log again at its next start), and a clean stop writes
+    what it folded since."""
+    await mixed_log(store, "early")
+    settings = Settings(nats=nats_settings, coordinator=CoordinatorSettings(tick_s=0.05, snapshot_every_s=3600))
+    stop = asyncio.Event()
+    task = asyncio.create_task(run(settings, stop))
+    at = await last_seq(store)
+    try:
+        await wait_for(lambda: stored(store, at), 30, "a snapshot right after the catch-up", every=0.1)
+        rollout = await store.enqueue_rollout("late", config=RolloutConfig(timeout_seconds=0.2, max_attempts=1))
+        claimed = await store.dequeue_many_rollouts(limit=2, worker_id="w-late")  # mixed_log left one queued
+        assert rollout.rollout_id in [c.rollout_id for c in claimed]
+        late = await last_seq(store)  # the claim: the coordinator has folded it once it times the attempt out
+        await until_event(store, rollout.rollout_id, lambda e: isinstance(e, AttemptTimedOut), 30)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+    assert await stored(store, late)
+
+
 async def stored(store: Store, seq: int) -> bool:
     """Whether the latest snapshot is at ``seq`` or later."""
     try:

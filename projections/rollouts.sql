@@ -43,7 +43,13 @@ INSERT OR REPLACE INTO rollouts BY NAME SELECT * FROM batch;
 
 -- name: attempt_rows
 -- Replace each touched attempt's row.
-INSERT OR REPLACE INTO attempts BY NAME SELECT * FROM batch;
+-- Not INSERT OR REPLACE: DuckDB runs it as a MERGE whose join on the two-column key scans every row of the table (the
+-- cost grew with the log: BENCHMARKS.md, issue 25). Joined on the attempt id alone, the old rows are found through its
+-- index; the rollout id (attempt ids repeat across rollouts) is matched by a filter that is not a join key.
+DELETE FROM attempts USING batch
+WHERE attempts.attempt_id = batch.attempt_id
+    AND starts_with(attempts.rollout_id, batch.rollout_id) AND starts_with(batch.rollout_id, attempts.rollout_id);
+INSERT INTO attempts BY NAME SELECT * FROM batch;
 
 -- name: state_rows
 -- Keep the folded state of each touched rollout, so a restart resumes the fold.

@@ -95,9 +95,22 @@ INSERT INTO rewards BY NAME SELECT * FROM batch;
 
 -- name: activity_rows
 -- Add each attempt's new signs of life to its running count and latest time.
+-- Not ON CONFLICT DO UPDATE: DuckDB runs it as a MERGE whose join on the two-column key scans every row of the table
+-- (BENCHMARKS.md, issue 25). Joined on the attempt id alone, the rows are found through its index; the rollout id
+-- (attempt ids repeat across rollouts) is matched by a filter that is not a join key. Existing rows first, then new ones.
+UPDATE attempt_activity SET
+    last_seen = greatest(attempt_activity.last_seen, batch.last_seen),
+    events = attempt_activity.events + batch.events,
+    first_seq = least(attempt_activity.first_seq, batch.first_seq),
+    last_seq = greatest(attempt_activity.last_seq, batch.last_seq)
+FROM batch
+WHERE attempt_activity.attempt_id = batch.attempt_id
+    AND starts_with(attempt_activity.rollout_id, batch.rollout_id)
+    AND starts_with(batch.rollout_id, attempt_activity.rollout_id);
 INSERT INTO attempt_activity BY NAME SELECT * FROM batch
-ON CONFLICT (rollout_id, attempt_id) DO UPDATE SET
-    last_seen = greatest(attempt_activity.last_seen, excluded.last_seen),
-    events = attempt_activity.events + excluded.events,
-    first_seq = least(attempt_activity.first_seq, excluded.first_seq),
-    last_seq = greatest(attempt_activity.last_seq, excluded.last_seq);
+WHERE NOT EXISTS (
+    SELECT 1 FROM attempt_activity
+    WHERE attempt_activity.attempt_id = batch.attempt_id
+        AND starts_with(attempt_activity.rollout_id, batch.rollout_id)
+        AND starts_with(batch.rollout_id, attempt_activity.rollout_id)
+);

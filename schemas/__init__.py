@@ -126,6 +126,7 @@ from .spans import (
     items_of,
 )
 from .subjects import (
+    WHOLE_STREAM,
     Topology,
     aggregate_of,
     check_token,
@@ -246,6 +247,7 @@ __all__ = [
     "UpstreamError",
     "Usage",
     "VoltbusError",
+    "WHOLE_STREAM",
     "WeightsRef",
     "WorkerStatus",
     "WorkerStatusReported",

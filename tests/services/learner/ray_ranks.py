@@ -4,6 +4,7 @@ that wait until stopped."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -18,7 +19,8 @@ def step(model_dir: Path, out: Path, rows: int, epochs: int, kl: float) -> None:
     """``ranks_step.py``'s update on this rank (its argv, set in this actor's own process)."""
     from . import ranks_step
 
-    sys.argv = ["ranks_step.py", str(model_dir), str(out), str(rows), str(epochs), str(kl), "1", "torch"]
+    options = {"rows": rows, "epochs": epochs, "kl": kl, "repeats": 1, "backend": "torch"}
+    sys.argv = ["ranks_step.py", str(model_dir), str(out), json.dumps(options)]
     ranks_step.main()
 
 

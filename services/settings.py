@@ -22,17 +22,8 @@ from pydantic_settings import (
 
 from voltbus.schemas.errors import VoltbusError
 
-from .sections import (
-    CoordinatorSettings,
-    DashboardSettings,
-    Feeding,
-    GatewaySettings,
-    InferenceSettings,
-    LearnerSettings,
-    ProjectorSettings,
-    RunnerSettings,
-    StoreServerSettings,
-)
+from .plane_sections import CoordinatorSettings, DashboardSettings, Feeding, ProjectorSettings, StoreServerSettings
+from .sections import GatewaySettings, InferenceSettings, LearnerSettings, RunnerSettings
 
 __all__ = [
     "AgentLightningEnvironment",

@@ -4,7 +4,9 @@ folds to; a coordinator starts from its snapshot; a snapshot of another log, or 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
@@ -59,6 +61,18 @@ async def last_seq(store: Store) -> int:
     return (await store.log.js.stream_info(store.topology.control_stream)).state.last_seq
 
 
+@contextlib.asynccontextmanager
+async def coordinator(settings: Settings) -> AsyncIterator[None]:
+    """A coordinator running for the block, stopped cleanly after it."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(run(settings, stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
 async def test_snapshot_plus_the_events_after_it_fold_to_the_whole_log(store: Store) -> None:
     await mixed_log(store, "a")
     before = await fold(store)
@@ -82,24 +96,14 @@ async def test_a_coordinator_starts_from_its_snapshot_and_folds_the_events_after
 ) -> None:
     rollout = await store.enqueue_rollout("slow", config=RolloutConfig(timeout_seconds=0.5, max_attempts=1))
     settings = Settings(nats=nats_settings, coordinator=CoordinatorSettings(tick_s=0.05, snapshot_every_s=0.1))
-    stop = asyncio.Event()
-    task = asyncio.create_task(run(settings, stop))
     at = await last_seq(store)
-    try:
+    async with coordinator(settings):
         await wait_for(lambda: stored(store, at), 30, "the first coordinator's snapshot", every=0.1)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 20)
     claimed = await store.dequeue_rollout(worker_id="w-late")  # after the snapshot: only the tail knows it
     assert claimed is not None and claimed.rollout_id == rollout.rollout_id
-    stop = asyncio.Event()
     with caplog.at_level(logging.INFO, logger="voltbus.services.coordinator"):
-        task = asyncio.create_task(run(settings, stop))
-        try:
+        async with coordinator(settings):
             ended = await until_event(store, rollout.rollout_id, lambda e: isinstance(e, AttemptTimedOut), 30)
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 20)
     assert ended.attempt_id == claimed.attempt.attempt_id
     assert f"coordinator snapshot at control seq {at}: 1 rollouts unfinished" in caplog.text
     assert f"(from snapshot seq {at})" in caplog.text
@@ -113,19 +117,14 @@ async def test_a_long_catch_up_is_snapshotted_at_once_and_a_stop_writes_the_last
     what it folded since."""
     await mixed_log(store, "early")
     settings = Settings(nats=nats_settings, coordinator=CoordinatorSettings(tick_s=0.05, snapshot_every_s=3600))
-    stop = asyncio.Event()
-    task = asyncio.create_task(run(settings, stop))
     at = await last_seq(store)
-    try:
+    async with coordinator(settings):
         await wait_for(lambda: stored(store, at), 30, "a snapshot right after the catch-up", every=0.1)
         rollout = await store.enqueue_rollout("late", config=RolloutConfig(timeout_seconds=0.2, max_attempts=1))
         claimed = await store.dequeue_many_rollouts(limit=2, worker_id="w-late")  # mixed_log left one queued
         assert rollout.rollout_id in [c.rollout_id for c in claimed]
         late = await last_seq(store)  # the claim: the coordinator has folded it once it times the attempt out
         await until_event(store, rollout.rollout_id, lambda e: isinstance(e, AttemptTimedOut), 30)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 20)
     assert await stored(store, late)
 
 

@@ -17,6 +17,7 @@ from voltbus.services.learner.grpo.batch import version_number
 from voltbus.services.settings import LearnerSettings, NatsSettings, Settings
 from voltbus.trainer.system import local_system
 
+from ...conftest import wait_for
 from .agents import text_agent
 from .runs import run_events
 from .test_resume import STEPS, environment, first_step_completed
@@ -27,14 +28,16 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 async def ranks_of(torchrun: int, deadline: float) -> dict[int, psutil.Process]:
     """The worker processes the torchrun of pid ``torchrun`` started, by their ``RANK``, once both run."""
     found: dict[int, psutil.Process] = {}
-    async with asyncio.timeout(deadline):
-        while len(found) < 2:
-            for child in psutil.Process(torchrun).children():
-                try:
-                    found[int(child.environ()["RANK"])] = child
-                except (psutil.Error, KeyError):  # not yet exec'd into the worker
-                    continue
-            await asyncio.sleep(0.2)  # poll: torchrun says nothing when its workers are up
+
+    def both() -> bool:
+        for child in psutil.Process(torchrun).children():
+            try:
+                found[int(child.environ()["RANK"])] = child
+            except (psutil.Error, KeyError):  # not yet exec'd into the worker
+                continue
+        return len(found) >= 2
+
+    await wait_for(both, deadline, "torchrun's two workers", every=0.2)  # torchrun says nothing when they are up
     return found
 
 

@@ -297,6 +297,7 @@ async def voltbus_side(
             for _ in range(passes - 1):
                 warm = await run_pattern(voltbus, store, shape, poll_s)
                 warm_rates.append(round(warm.rollouts / warm.seconds, 1))
+                print(f"    pass {len(warm_rates)}: {warm_rates[-1]} rollouts/s, ends {time.time():.0f}", flush=True)
             cpu0, started = time.process_time(), svc.cpu()
             tally = await run_pattern(voltbus, Timed(store, latency), shape, poll_s)
             algo = time.process_time() - cpu0

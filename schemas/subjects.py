@@ -155,6 +155,26 @@ class Topology(msgspec.Struct, frozen=True, kw_only=True):
         """Wildcard over every rollout's subjects (queue, own events, ends by authority)."""
         return f"{self.namespace}.ro.*.*"
 
+    @property
+    def rollout_origins(self) -> list[str]:
+        """Wildcards over the subjects a rollout's first event lands on: ``.q`` (queued) or ``.e`` (started, bypassing
+        the queue); every rollout has one of them, and ``.c`` (ends by authority) never comes first.
+
+        >>> Topology().rollout_origins
+        ['vb.ro.*.q', 'vb.ro.*.e']
+        """
+        return [self.dispatchable, f"{self.namespace}.ro.*.e"]
+
+    @property
+    def every_resources(self) -> str:
+        """Wildcard over every resources bundle's subject (one per bundle, whatever its versions)."""
+        return f"{self.namespace}.res.*"
+
+    @property
+    def every_worker(self) -> str:
+        """Wildcard over every worker's subject."""
+        return f"{self.namespace}.wk.*"
+
     def rollout_queue(self, rollout_id: str) -> str:
         """Subject of a rollout's dispatchable events."""
         return f"{self.namespace}.ro.{check_token('rollout id', rollout_id)}.q"

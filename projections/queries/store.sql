@@ -214,8 +214,13 @@ final AS (
 SELECT * FROM final;
 
 -- name: statistics
--- Agent Lightning's statistics() counts that the log's subjects cannot give: attempts and spans, as projected.
+-- Agent Lightning's statistics() counts, as projected: rollouts, resources bundles (ids, as Agent Lightning counts them:
+-- not versions), workers, attempts and spans. Cheap at any size, where the log gives the first three only by listing
+-- every rollout's subjects (docs/control-plane.md).
 SELECT
+    (SELECT count(*) FROM rollouts) AS total_rollouts,
+    (SELECT count(DISTINCT name) FROM resources) AS total_resources,
+    (SELECT count(*) FROM workers) AS total_workers,
     (SELECT count(*) FROM attempts) AS total_attempts,
     (SELECT count(*) FROM spans) AS total_spans;
 

@@ -28,7 +28,7 @@ from . import objects
 from .append import Expectation, Message, Writer
 from .connection import connect, refusable, unsubscribe
 from .feed import Feed
-from .read import read_subject
+from .read import read_subject, stream_subjects
 from .records import Appended, BadEvent, Envelope
 from .replay import replay_stream
 from .spans import batched, publish_pipelined
@@ -193,6 +193,11 @@ class EventLog:
         """Events of any control subject (a resources bundle, a run, a worker) and its last sequence."""
         stream, timeout = self.topology.control_stream, self.settings.request_timeout_s
         return await read_subject(self.nc, stream, subject, codec.decode_control, after_seq, timeout)
+
+    async def subjects(self, subjects_filter: str) -> dict[str, int]:
+        """The control stream's subjects that match ``subjects_filter`` (narrow it: each is sent), with their counts."""
+        stream, timeout = self.topology.control_stream, self.settings.request_timeout_s
+        return await stream_subjects(self.nc, stream, subjects_filter, timeout)
 
     async def head(self, rollout_id: str) -> int:
         """The last sequence of a rollout (0 when it does not exist)."""

@@ -53,28 +53,37 @@ class Store(RolloutMethods, DispatchMethods, SpanMethods, ResourceMethods, Worke
         await self.close()
 
     async def statistics(self) -> dict[str, Any]:
-        """Counts of what the log holds (rollouts, resources, workers, span events) and stream sizes, with Agent
-        Lightning's ``total_attempts`` and ``total_spans`` from the projector (None, and ``projector`` saying why,
-        when none answers)."""
+        """Agent Lightning's counts (rollouts, resources bundles, workers, attempts, spans) from the projector, by one
+        query that sees this client's writes; span events and the streams' sizes from their stream info.
+
+        When no projector answers, ``projector`` says why, ``total_attempts`` and ``total_spans`` are None and the log
+        counts the other three (``_logged_counts``), listing every rollout's subjects: slow on a long log."""
         js, topo = self.log.js, self.topology
-        ctrl = await js.stream_info(topo.control_stream, subjects_filter=f"{topo.namespace}.>")
-        subjects = ctrl.state.subjects or {}
-        rollouts = {s.split(".")[2] for s in subjects if s.split(".")[1] == "ro"}
-        spans = await js.stream_info(topo.spans_stream)
+        ctrl, spans = await js.stream_info(topo.control_stream), await js.stream_info(topo.spans_stream)
         try:
-            projected: dict[str, Any] = await self.projected_counts()
-        except ProjectorUnavailable as exc:  # the log's counts still answer; the two the projection gives say why not
-            projected = {"total_attempts": None, "total_spans": None, "projector": str(exc)}
+            counts: dict[str, Any] = await self.projected_counts()
+        except ProjectorUnavailable as exc:  # the log still counts three; the two only the projection gives say why not
+            counts = {**await self._logged_counts(), "total_attempts": None, "total_spans": None, "projector": str(exc)}
         return {
             "name": type(self).__name__,
-            "total_rollouts": len(rollouts),
-            **projected,
-            "total_resources": sum(1 for s in subjects if s.split(".")[1] == "res"),
-            "total_workers": sum(1 for s in subjects if s.split(".")[1] == "wk"),
+            **counts,
             "total_span_events": spans.state.messages,
             "control_events": ctrl.state.messages,
             "control_bytes": ctrl.state.bytes,
             "spans_bytes": spans.state.bytes,
+        }
+
+    async def _logged_counts(self) -> dict[str, int]:
+        """Rollouts, resources bundles and workers counted from the control stream's subjects, each by its own narrow
+        filter: the subjects a rollout's first event lands on (``.q``, ``.e``), one per bundle, one per worker. Never
+        the namespace's ``>``, which makes the server match every subject and send them all; still, the rollouts' two
+        filters list up to two subjects per rollout, some 30 bytes of answer each: tens of MB on a long log."""
+        topo = self.topology
+        origins = [await self.log.subjects(wildcard) for wildcard in topo.rollout_origins]
+        return {
+            "total_rollouts": len({subject.split(".")[2] for found in origins for subject in found}),
+            "total_resources": len(await self.log.subjects(topo.every_resources)),
+            "total_workers": len(await self.log.subjects(topo.every_worker)),
         }
 
 

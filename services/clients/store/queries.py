@@ -191,9 +191,10 @@ class QueryMethods(StoreBase):
         return await self._rows(_QUERIES["spans_of_finished"], {"rollout_ids": rollout_ids})
 
     async def projected_counts(self) -> dict[str, int]:
-        """Attempts and spans in the projection (Agent Lightning's ``total_attempts``, ``total_spans``)."""
+        """Agent Lightning's ``total_rollouts``, ``total_resources`` (bundle ids), ``total_workers``,
+        ``total_attempts`` and ``total_spans`` in the projection, by one query (after this client's writes)."""
         [row] = await self._rows(_QUERIES["statistics"], {})
-        return {"total_attempts": int(row["total_attempts"]), "total_spans": int(row["total_spans"])}
+        return {name: int(count) for name, count in row.items()}
 
     def _behind(self, url: str, error: str) -> str:
         """Why a query gave up waiting for this client's writes to reach the projection."""

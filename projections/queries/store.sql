@@ -53,6 +53,46 @@ final AS (
 
 SELECT * FROM final;
 
+-- name: wave_states
+-- The stored folds of $rollout_ids and the control position they are exact as of, read in one snapshot.
+-- A store client answers a wave of wait_for_rollouts from them (services/clients/store/coldwave.py): one query, not
+-- one history read per rollout. A rollout's last_seq is that of its last control message applied, or later quarantined
+-- (refused or undecodable: the log's own fold skips those, and counts them), as the log's fold gives it. One row per
+-- rollout found; one with no rollout when none is. A projection that found the control log replaced (a divergence:
+-- it no longer applies that stream) answers no checkpoint.
+WITH position AS (
+    SELECT max(seq) AS checkpoint FROM checkpoints
+    WHERE stream = 'control' AND NOT EXISTS (SELECT 1 FROM divergences WHERE stream = 'control')
+),
+
+-- the id list filters both tables (as in query_rollouts): a join filtered on one side only read every state
+found AS (
+    SELECT picked.rollout_id, picked.last_seq, picked_states.state
+    FROM (SELECT rollout_id, last_seq FROM rollouts WHERE list_contains($rollout_ids, rollout_id)) AS picked
+    JOIN (SELECT * FROM rollout_states WHERE list_contains($rollout_ids, rollout_id)) AS picked_states
+        USING (rollout_id)
+),
+
+parked AS (
+    SELECT split_part(subject[length($rollout_prefix) + 1:], '.', 1) AS rollout_id, max(seq) AS last_seq
+    FROM quarantine
+    WHERE stream = 'control' AND starts_with(subject, $rollout_prefix)
+    GROUP BY 1
+),
+
+final AS (
+    SELECT
+        position.checkpoint,
+        found.rollout_id,
+        found.state,
+        greatest(found.last_seq, parked.last_seq) AS last_seq
+    FROM position
+    LEFT JOIN found ON TRUE
+    LEFT JOIN parked ON found.rollout_id = parked.rollout_id
+)
+
+SELECT * FROM final;
+
 -- name: query_attempts
 -- Attempts of one rollout; one page plus the total.
 WITH matching AS (

@@ -28,7 +28,7 @@ from . import objects
 from .append import Expectation, Message, Writer
 from .connection import connect, refusable, unsubscribe
 from .feed import Feed
-from .read import read_subject, stream_subjects
+from .read import read_subject, stream_subjects, subjects_after
 from .records import Appended, BadEvent, Envelope
 from .replay import replay_stream
 from .spans import batched, publish_pipelined
@@ -198,6 +198,13 @@ class EventLog:
         """The control stream's subjects that match ``subjects_filter`` (narrow it: each is sent), with their counts."""
         stream, timeout = self.topology.control_stream, self.settings.request_timeout_s
         return await stream_subjects(self.nc, stream, subjects_filter, timeout)
+
+    async def rollouts_after(self, after_seq: int, at_most: int) -> set[str] | None:
+        """The rollouts with a control message after ``after_seq``, read from the messages' subjects alone; None when
+        there are more than ``at_most`` such messages."""
+        stream, timeout = self.topology.control_stream, self.settings.request_timeout_s
+        subjects = await subjects_after(self.nc, stream, self.topology.every_rollout, after_seq, at_most, timeout)
+        return None if subjects is None else {s.split(".")[2] for s in subjects}
 
     async def head(self, rollout_id: str) -> int:
         """The last sequence of a rollout (0 when it does not exist)."""

@@ -23,6 +23,8 @@ from .connection import unsubscribe
 from .records import BadEvent, Envelope
 
 BATCH = 256
+TAIL_BATCH = 1024
+"""Messages per request of ``subjects_after``."""
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +50,14 @@ def _record(msg: Msg, subject: str, decode: Callable[[bytes], AnyEvent]) -> Enve
         return BadEvent(seq=seq, subject=stored_on, data=msg.data, reason=exc.reason, time=time)
 
 
-async def _batch(nc: Client, stream: str, subject: str, from_seq: int, timeout: float) -> tuple[list[Msg], int]:
-    """Up to BATCH stored messages on ``subject`` from ``from_seq``, and how many remain after them."""
+async def _batch(
+    nc: Client, stream: str, subject: str, from_seq: int, timeout: float, batch: int = BATCH
+) -> tuple[list[Msg], int]:
+    """Up to ``batch`` stored messages on ``subject`` from ``from_seq``, and how many remain after them."""
     replies: asyncio.Queue[Msg] = asyncio.Queue()
     sub = await nc.subscribe(nc.new_inbox(), cb=replies.put)
     try:
-        request = json.dumps({"seq": from_seq, "next_by_subj": subject, "batch": BATCH}).encode()
+        request = json.dumps({"seq": from_seq, "next_by_subj": subject, "batch": batch}).encode()
         await nc.publish(f"$JS.API.DIRECT.GET.{stream}", request, reply=sub.subject)
         messages: list[Msg] = []
         async with asyncio.timeout(timeout):
@@ -72,12 +76,12 @@ async def _batch(nc: Client, stream: str, subject: str, from_seq: int, timeout: 
 
 
 async def _batch_retried(
-    nc: Client, stream: str, subject: str, from_seq: int, timeout: float, tries: int = 3
+    nc: Client, stream: str, subject: str, from_seq: int, timeout: float, tries: int = 3, batch: int = BATCH
 ) -> tuple[list[Msg], int]:
     """``_batch``, asked again after a timeout (a read is idempotent; a busy process may miss one deadline)."""
     for attempt in range(1, tries + 1):
         try:
-            return await _batch(nc, stream, subject, from_seq, timeout)
+            return await _batch(nc, stream, subject, from_seq, timeout, batch)
         except TimeoutError:
             if attempt == tries:
                 raise
@@ -128,4 +132,24 @@ async def stream_subjects(nc: Client, stream: str, subjects_filter: str, timeout
         page = answer["state"].get("subjects") or {}
         found.update(page)
         if not page or len(found) >= answer.get("total", 0):
+            return found
+
+
+async def subjects_after(
+    nc: Client, stream: str, subject: str, after_seq: int, at_most: int, timeout: float = 5.0
+) -> list[str] | None:
+    """The subjects of the messages stored on ``subject`` (wildcards allowed) after ``after_seq``, in order, none of
+    them decoded; None when there are more than ``at_most``. Only the blocks past ``after_seq`` are read: the end of
+    a stream a reader follows closely, in nats-server's cache."""
+    found: list[str] = []
+    seq = after_seq
+    while True:
+        messages, remaining = await _batch_retried(nc, stream, subject, seq + 1, timeout, batch=TAIL_BATCH)
+        if len(found) + len(messages) + remaining > at_most:
+            return None
+        for msg in messages:
+            headers = msg.headers or {}
+            found.append(headers.get("Nats-Subject", subject))
+            seq = int(headers["Nats-Sequence"])
+        if not messages or remaining == 0:
             return found

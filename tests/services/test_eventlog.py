@@ -26,7 +26,7 @@ from voltbus.schemas.rollouts import (
     RolloutQueued,
     RolloutRequeued,
 )
-from voltbus.services.eventlog import BadEvent, Envelope, EventLog, connect, control_config
+from voltbus.services.eventlog import BadEvent, Envelope, EventLog, connect, control_config, read
 from voltbus.services.settings import NatsSettings
 
 
@@ -177,6 +177,24 @@ async def test_replay_windows(eventlog: EventLog) -> None:
     between = (all_items[4].time + all_items[5].time) / 2  # appends are sequential, so times differ
     assert [e.seq async for e in eventlog.replay(from_time=between)] == [6, 7, 8, 9, 10]
     assert [e async for e in eventlog.replay(from_seq=11)] == []
+
+
+async def test_rollouts_after_a_sequence_from_their_subjects(
+    eventlog: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rollouts with a message after a sequence (undecodable ones count), read across requests; None past the
+    bound; other aggregates' messages are not counted."""
+    monkeypatch.setattr(read, "TAIL_BATCH", 2)
+    for rid in ("t1", "t2", "t3"):
+        await eventlog.append([queued(rid)], expected_seq=0)
+    await eventlog.js.publish(eventlog.topology.worker("w1"), b"{}")
+    await eventlog.js.publish(eventlog.topology.rollout_events("t1"), b"garbage")
+    await eventlog.append([queued("t4")], expected_seq=0)
+    assert await eventlog.rollouts_after(1, 10) == {"t1", "t2", "t3", "t4"}
+    assert await eventlog.rollouts_after(3, 10) == {"t1", "t4"}
+    assert await eventlog.rollouts_after(6, 10) == set()
+    assert await eventlog.rollouts_after(1, 4) == {"t1", "t2", "t3", "t4"}
+    assert await eventlog.rollouts_after(1, 3) is None
 
 
 async def test_oversized_event_is_refused_before_sending(eventlog: EventLog) -> None:

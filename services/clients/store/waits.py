@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from voltbus.services.eventlog import Envelope
 from voltbus.services.lifecycle import RolloutState, decider
 
-from .base import StoreBase
+from .coldwave import ProjectedStates
 from .types import Rollout
 from .views import rollout_view
 
@@ -19,7 +19,7 @@ FINISHED_KEPT = 4096
 """Finished rollouts whose state a client keeps, to check only their last sequence when asked again."""
 
 
-class WaitMethods(StoreBase):
+class WaitMethods(ProjectedStates):
     """Waiting for rollouts to finish."""
 
     _finished_states: dict[str, tuple[RolloutState, int]]
@@ -49,20 +49,26 @@ class WaitMethods(StoreBase):
 
     async def _states_at(self, rollout_ids: list[str]) -> list[tuple[RolloutState, int]]:
         """The current state and last sequence of each rollout, read ``LOADS_AT_ONCE`` at a time (an algorithm polls
-        a whole batch). A rollout this client saw finished is folded again only when its last sequence moved."""
+        a whole batch). A rollout this client saw finished is folded again only when its last sequence moved; the
+        others are first looked up in the projection, all in one query (``coldwave.py``), and read from the log when
+        it cannot answer them exactly."""
         gate = asyncio.Semaphore(LOADS_AT_ONCE)
+        projected = await self._projected_states([rid for rid in rollout_ids if rid not in self._finished_states])
 
         async def one(rid: str) -> tuple[RolloutState, int]:
-            async with gate:
-                seen = self._finished_states.get(rid)
-                if seen is not None and await self.log.head(rid) == seen[1]:
-                    return seen
-                state, seq = await self._state_at(rid)
-                if decider.is_terminal(state):
-                    self._finished_states[rid] = (state, seq)
-                    while len(self._finished_states) > FINISHED_KEPT:
-                        self._finished_states.pop(next(iter(self._finished_states)))
-                return state, seq
+            if rid in projected:
+                state, seq = projected[rid]
+            else:
+                async with gate:
+                    seen = self._finished_states.get(rid)
+                    if seen is not None and await self.log.head(rid) == seen[1]:
+                        return seen
+                    state, seq = await self._state_at(rid)
+            if decider.is_terminal(state):
+                self._finished_states[rid] = (state, seq)
+                while len(self._finished_states) > FINISHED_KEPT:
+                    self._finished_states.pop(next(iter(self._finished_states)))
+            return state, seq
 
         return list(await asyncio.gather(*(one(rid) for rid in rollout_ids)))
 

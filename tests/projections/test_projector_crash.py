@@ -95,6 +95,7 @@ def unique(db: Path, table: str, key: str) -> tuple[int, int]:
         con.close()
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 async def test_projector_killed_five_times_loses_and_doubles_nothing(
     store: Store, nats_settings: NatsSettings, tmp_path: Path

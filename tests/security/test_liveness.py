@@ -123,6 +123,7 @@ async def statuses(store: Store, rollout_id: str) -> list[tuple[int, str]]:
     return [(a.sequence_id, a.status) for a in await store.get_attempts(rollout_id)]
 
 
+@pytest.mark.long
 async def test_attempts_of_a_killed_runner_end_unresponsive_after_the_worker_timeout(
     store: Store, nats_settings: NatsSettings, tmp_path: Path
 ) -> None:

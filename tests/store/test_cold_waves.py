@@ -122,7 +122,7 @@ async def test_a_new_client_answers_a_finished_wave_from_the_projection(
             assert {rid: seq for rid, (_, seq) in fresh._finished_states.items()} == {rid: last[rid] for rid in ids}
             assert fresh.seen["control"] == max(last[rid] for rid in ids)  # saw_ended: the last end returned
             assert await fresh.wait_for_rollouts(rollout_ids=wave, timeout=0) == expected  # now from its cache
-            assert reads == []
+            assert reads == [running]  # unfinished when first read (from the projection): polled from the log
         finally:
             await writer.close()
             await fresh.close()
@@ -205,3 +205,33 @@ async def test_without_a_usable_projector_the_log_answers(
                 await back.close()
     finally:
         await writer.close()
+
+
+async def test_a_rollout_in_flight_is_asked_of_the_projection_once(nats_settings: NatsSettings, tmp_path: Path) -> None:
+    """An algorithm polls its rollouts in flight: the projection answers the first look at each, the log every later
+    one (the projector is not queried at every poll), and the end is seen as soon as it is stored."""
+    async with projector(nats_settings, tmp_path / "p.duckdb") as url:
+        writer = await connect(settings=nats_settings, projector_url=url)
+        poller = await connect(settings=nats_settings, projector_url=url)
+        asked: list[list[str]] = []
+        ask = poller._ask
+
+        async def counted(rollout_ids: list[str]) -> list[dict[str, object]]:
+            asked.append(list(rollout_ids))
+            return await ask(rollout_ids)
+
+        poller._ask = counted  # type: ignore[method-assign]
+        try:
+            r = await writer.start_rollout({"n": "in flight"})
+            [old] = await finished(writer, 1)
+            await projected(writer, [r.rollout_id, old])
+            for _ in range(3):
+                assert await poller.wait_for_rollouts(rollout_ids=[r.rollout_id], timeout=0) == []
+            assert asked == [[r.rollout_id]]
+            await writer.update_attempt(r.rollout_id, r.attempt.attempt_id, status="succeeded")
+            got = await poller.wait_for_rollouts(rollout_ids=[r.rollout_id, old], timeout=0)
+            assert [(x.rollout_id, x.status) for x in got] == [(r.rollout_id, "succeeded"), (old, "succeeded")]
+            assert asked == [[r.rollout_id], [old]]  # the new one, not the one polled before
+        finally:
+            await writer.close()
+            await poller.close()

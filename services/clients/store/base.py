@@ -44,6 +44,7 @@ class StoreBase:
         self._groups_ready: set[str] = set()
         self._outcomes: dict[str, str] = {}
         self._finished_states: dict[str, tuple[RolloutState, int]] = {}
+        self._in_flight: dict[str, None] = {}  # (waits.py: unfinished rollouts read before, in the order read)
         """Rollouts seen finished: (state, last sequence), oldest first (``waits.py``)."""
         self.finished = FinishedSpans()
         """Rollouts seen finished, whose spans a query fetches together (``finished.py``)."""

@@ -17,12 +17,16 @@ LOADS_AT_ONCE = 32
 """Rollouts read at once by one ``wait_for_rollouts`` (one direct get each, pipelined on the connection)."""
 FINISHED_KEPT = 4096
 """Finished rollouts whose state a client keeps, to check only their last sequence when asked again."""
+IN_FLIGHT_KEPT = 65_536
+"""Unfinished rollouts a client remembers having read: it reads them from the log when asked again (an algorithm
+polls its rollouts in flight; the projection answers only the first look at each, the cold ones)."""
 
 
 class WaitMethods(ProjectedStates):
     """Waiting for rollouts to finish."""
 
     _finished_states: dict[str, tuple[RolloutState, int]]
+    _in_flight: dict[str, None]
 
     async def wait_for_rollouts(self, *, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
         """The rollouts that are finished, or finish before ``timeout``, in the order asked.
@@ -53,7 +57,10 @@ class WaitMethods(ProjectedStates):
         others are first looked up in the projection, all in one query (``coldwave.py``), and read from the log when
         it cannot answer them exactly."""
         gate = asyncio.Semaphore(LOADS_AT_ONCE)
-        projected = await self._projected_states([rid for rid in rollout_ids if rid not in self._finished_states])
+        hot = self._in_flight
+        projected = await self._projected_states(
+            [rid for rid in rollout_ids if rid not in self._finished_states and rid not in hot]
+        )
 
         async def one(rid: str) -> tuple[RolloutState, int]:
             if rid in projected:
@@ -65,9 +72,14 @@ class WaitMethods(ProjectedStates):
                         return seen
                     state, seq = await self._state_at(rid)
             if decider.is_terminal(state):
+                hot.pop(rid, None)
                 self._finished_states[rid] = (state, seq)
                 while len(self._finished_states) > FINISHED_KEPT:
                     self._finished_states.pop(next(iter(self._finished_states)))
+            else:  # polled again soon, while its events arrive: read from the log, whose end is in memory
+                hot[rid] = None
+                while len(hot) > IN_FLIGHT_KEPT:
+                    hot.pop(next(iter(hot)))
             return state, seq
 
         return list(await asyncio.gather(*(one(rid) for rid in rollout_ids)))

@@ -16,6 +16,8 @@ from voltbus.services.learner.grpo.policy import WEIGHTS
 
 from .ranks_step import differences, run_step
 
+pytestmark = pytest.mark.long  # two ranks under torchrun: 10-45 s each (pytest -m long; .ci/run runs them)
+
 
 @pytest.mark.timeout(600)  # two torchrun starts; slow on a loaded machine
 @pytest.mark.parametrize(("rows", "epochs", "kl"), [(7, 2, 0.1), (1, 1, 0.0)], ids=["7-rows-kl", "1-row"])

@@ -22,6 +22,8 @@ from .agents import text_agent
 from .runs import run_events
 from .test_resume import STEPS, environment, first_step_completed
 
+pytestmark = pytest.mark.long  # two ranks under torchrun: 10-45 s each (pytest -m long; .ci/run runs them)
+
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 
 

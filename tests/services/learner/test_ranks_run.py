@@ -26,6 +26,8 @@ from .ranks_step import differences
 from .runs import run_events
 from .test_resume import environment
 
+pytestmark = pytest.mark.long  # two ranks under torchrun: 10-45 s each (pytest -m long; .ci/run runs them)
+
 VOLTBUS = str(Path(sys.executable).with_name("voltbus"))
 STARTS = {
     "module": ["-m", "voltbus.services.learner", "{tasks}"],

@@ -11,6 +11,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from voltbus.schemas.training import CheckpointSaved, RunFinished, StepCompleted, StepStarted
 from voltbus.services.learner import checkpoints
 from voltbus.services.learner.grpo.batch import version_number
@@ -57,6 +59,7 @@ async def first_step_completed(s: Settings, timeout: float) -> None:
         await store.close()
 
 
+@pytest.mark.long
 async def test_a_killed_learner_resumes_without_repeating_or_skipping_a_step(
     nats_settings: NatsSettings, policy_dir: Path, task_file: Path, tmp_path: Path
 ) -> None:

@@ -48,15 +48,19 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             asyncio.create_task(supervised(f"coordinator {name}", body, delay, log)) for name, body in bodies.items()
         ]
         await (stop.wait() if stop else asyncio.Event().wait())
-        for task in tasks:
-            task.cancel()
-        _, stuck = await asyncio.wait(tasks, timeout=5)
+        stuck = set(tasks)
+        for _ in range(3):  # a cancel swallowed below (3.11's wait_for) leaves a task running: cancel it again
+            for task in stuck:
+                task.cancel()
+            _, stuck = await asyncio.wait(stuck, timeout=5)
+            if not stuck:
+                break
         if every > 0 and not stuck:  # the next start folds only what comes after this stop
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(10):
                     await snapshot_now(store, tracker, control[0], limit, written, copies)
         if stuck:
-            log.warning("coordinator: %d task(s) did not stop in 5s; closing the connection under them", len(stuck))
+            log.warning("coordinator: %d task(s) did not stop in 15s; closing the connection under them", len(stuck))
     finally:
         await store.close()
     for task in stuck:  # a cancel swallowed below (3.11's wait_for) left it waiting on what no close wakes: again

@@ -150,7 +150,9 @@ def _results(ray: Any, refs: dict[Any, int]) -> list[Any]:
     results: list[Any] = [None] * len(refs)
     pending = list(refs)
     while pending:
-        done, pending = ray.wait(pending, num_returns=1)
+        done, pending = ray.wait(pending, num_returns=1, timeout=1.0)  # Ctrl-C is seen between two waits
+        if not done:
+            continue
         try:
             results[refs[done[0]]] = ray.get(done[0])
         except ray.exceptions.RayError as exc:

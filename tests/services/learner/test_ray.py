@@ -9,6 +9,7 @@ import asyncio
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -111,9 +112,15 @@ def test_ctrl_c_tears_the_placement_group_down(ray_cluster: Any) -> None:
             break
     groups = ray_cluster.util.placement_group_table().values()
     assert [g["state"] for g in groups if g["state"] != "REMOVED"] == ["CREATED"], "".join(lines)
+    rest = threading.Thread(target=lambda: lines.extend(launcher.stdout or []), daemon=True)
+    rest.start()  # read on: a launcher whose pipe is full cannot exit
     launcher.send_signal(signal.SIGINT)
-    assert launcher.wait(timeout=60) != 0
-    assert all_released(ray_cluster)
+    try:
+        assert launcher.wait(timeout=60) != 0
+    finally:
+        launcher.kill()
+        rest.join(timeout=10)
+    assert all_released(ray_cluster), "".join(lines)
 
 
 def test_without_ray_the_launch_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -57,4 +57,4 @@ INSERT OR REPLACE INTO rollout_states BY NAME SELECT * FROM batch;
 
 -- name: states_of
 -- The stored folds of $rollout_ids (a live projector keeps only the most recently changed: prepare.STATES_KEPT).
-SELECT rollout_id, state FROM rollout_states WHERE rollout_id IN (SELECT unnest($rollout_ids));
+SELECT rollout_id, state FROM rollout_states WHERE list_contains($rollout_ids, rollout_id);

@@ -99,7 +99,7 @@ CREATE TABLE IF NOT EXISTS training_meta (
 -- name: training_found_triplets
 -- The rows of triplets of the attempts $attempt_ids, with their row ids (found by the one-column index on attempt_id:
 -- a delete joined with the keys on both columns read the whole table; training.py keeps the keys' rows).
-SELECT rollout_id, attempt_id, rowid FROM triplets WHERE attempt_id IN (SELECT unnest($attempt_ids));
+SELECT rollout_id, attempt_id, rowid FROM triplets WHERE list_contains($attempt_ids, attempt_id);
 
 -- name: training_clear_triplets
 -- Forget the triplets of the attempts about to be recomputed (the row ids training_found_triplets gave).
@@ -107,7 +107,7 @@ DELETE FROM triplets WHERE rowid = ANY($rowids);
 
 -- name: training_found_trajectories
 -- The rows of trajectories of the attempts $attempt_ids, with their row ids.
-SELECT rollout_id, attempt_id, rowid FROM trajectories WHERE attempt_id IN (SELECT unnest($attempt_ids));
+SELECT rollout_id, attempt_id, rowid FROM trajectories WHERE list_contains($attempt_ids, attempt_id);
 
 -- name: training_clear_trajectories
 -- Forget the trajectory rows of the attempts about to be recomputed (the row ids training_found_trajectories gave).
@@ -115,7 +115,7 @@ DELETE FROM trajectories WHERE rowid = ANY($rowids);
 
 -- name: training_found_attempts
 -- The rows of training_attempts of the attempts $attempt_ids, with their row ids.
-SELECT rollout_id, attempt_id, rowid FROM training_attempts WHERE attempt_id IN (SELECT unnest($attempt_ids));
+SELECT rollout_id, attempt_id, rowid FROM training_attempts WHERE list_contains($attempt_ids, attempt_id);
 
 -- name: training_clear_attempts
 -- Forget the per-attempt counts of the attempts about to be recomputed (the row ids training_found_attempts gave).
@@ -125,18 +125,18 @@ DELETE FROM training_attempts WHERE rowid = ANY($rowids);
 -- The attempts of $attempt_ids with their rollout and status (training.py keeps the keys asked for that have ended).
 -- Found by the one-column index on attempt_id: a join with the keys on both columns, or with rollouts, reads every
 -- attempt at every commit (BENCHMARKS.md, issue 4).
-SELECT rollout_id, attempt_id, status FROM attempts WHERE attempt_id IN (SELECT unnest($attempt_ids));
+SELECT rollout_id, attempt_id, status FROM attempts WHERE list_contains($attempt_ids, attempt_id);
 
 -- name: training_rollouts
 -- Mode, input and metadata of the rollouts $rollout_ids (by their key's index), for the attempts training_done found.
-SELECT rollout_id, mode, input, metadata FROM rollouts WHERE rollout_id IN (SELECT unnest($rollout_ids));
+SELECT rollout_id, mode, input, metadata FROM rollouts WHERE list_contains($rollout_ids, rollout_id);
 
 -- name: training_from_seq
 -- The lowest spans-stream sequence of any telemetry of the keys' attempts (none: the largest BIGINT). The telemetry
 -- queries below read only the rows from there on, which DuckDB finds by the seq column's zone maps: without it each
 -- read the key columns of every stored span, model call and reward at every commit.
 SELECT coalesce(min(first_seq), 9223372036854775807) FROM attempt_activity
-WHERE attempt_id IN (SELECT unnest($attempt_ids));
+WHERE list_contains($attempt_ids, attempt_id);
 
 -- name: training_missing
 -- The attempts no longer in progress that have no training rows (every ended attempt has one once its refresh ran:

@@ -14,6 +14,7 @@ import pytest
 
 from voltbus.projections import blocks
 from voltbus.services.clients.store.queries import _QUERIES, _filters, order_clause
+from voltbus.services.projector.projector import limits
 
 ROLLOUTS = 100_000
 SPANS_EACH = 4
@@ -25,7 +26,7 @@ ROW_GROUP = 122_880
 @pytest.fixture(scope="module")
 def con(tmp_path_factory: pytest.TempPathFactory) -> duckdb.DuckDBPyConnection:
     path: Path = tmp_path_factory.mktemp("scaling") / "projection.duckdb"
-    con = duckdb.connect(str(path))
+    con = duckdb.connect(str(path), config=limits())  # the projector's settings
     for block in blocks.load()[0]:
         con.execute(block.sql)
     rid, aid = "'ro-' || substr(md5((i // 4)::VARCHAR), 1, 12)", "'at-' || substr(md5((i // 4)::VARCHAR), 13, 8)"
@@ -122,19 +123,21 @@ def statements(block: str) -> list[str]:
     return [s for s in blocks.load()[1][block].sql.split(";\n") if s.strip(" ;\n")]
 
 
+@pytest.mark.parametrize("n", [20, 150])
 @pytest.mark.parametrize("block", ["attempt_rows", "activity_rows"])
-def test_the_upsert_of_attempts_reads_their_rows_by_index(con: duckdb.DuckDBPyConnection, block: str) -> None:
-    """Writing 41 attempts (20 stored, 20 new, and a stored attempt id under another rollout) reads about those rows,
-    not the table's 100,000: DuckDB's INSERT OR REPLACE / ON CONFLICT runs as a MERGE whose join on the two-column
-    key scanned every row (58-115 ms for 40 attempts at 1,000,000). The rows end as the upsert leaves them."""
+def test_the_upsert_of_attempts_reads_their_rows_by_index(con: duckdb.DuckDBPyConnection, block: str, n: int) -> None:
+    """Writing 2n + 1 attempts (n stored, n new, and a stored attempt id under another rollout) reads about those
+    rows, not the table's 100,000: DuckDB's INSERT OR REPLACE / ON CONFLICT runs as a MERGE whose join on the
+    two-column key scanned every row (58-115 ms for 40 attempts at 1,000,000), and a join of more than 50 keys read
+    every row under DuckDB's default ``dynamic_or_filter_threshold``. The rows end as the upsert leaves them."""
     table = "attempts" if block == "attempt_rows" else "attempt_activity"
     con.begin()
     try:
         order = "last_seq" if table == "attempts" else "first_seq"
-        cursor = con.execute(f"SELECT * FROM {table} ORDER BY {order} LIMIT 20 OFFSET 5000")
+        cursor = con.execute(f"SELECT * FROM {table} ORDER BY {order} LIMIT {n} OFFSET 5000")
         names = [d[0] for d in cursor.description]
         stored = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-        fresh = [dict(stored[0], rollout_id=f"ro-new{i}", attempt_id=f"at-new{i}") for i in range(20)]
+        fresh = [dict(stored[0], rollout_id=f"ro-new{i}", attempt_id=f"at-new{i}") for i in range(n)]
         twin = dict(stored[1], rollout_id="ro-twin")  # the attempt id of another rollout's attempt
         if table == "attempts":
             batch = [dict(r, status="succeeded") for r in stored + fresh + [twin]]
@@ -147,7 +150,7 @@ def test_the_upsert_of_attempts_reads_their_rows_by_index(con: duckdb.DuckDBPyCo
             for name, rows in scans(con, sql, {}).items():
                 read[name] = read.get(name, 0) + rows
         assert read.get(table, 0) <= 1024, read  # by the attempt id's index, not 100,000 rows
-        assert con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] == before + 21
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] == before + n + 1
         keys = [(r["rollout_id"], r["attempt_id"]) for r in batch] + [(stored[1]["rollout_id"], "none")]
         got = {
             (r[0], r[1]): r[2]
@@ -165,3 +168,37 @@ def test_the_upsert_of_attempts_reads_their_rows_by_index(con: duckdb.DuckDBPyCo
         assert len(got) == len(batch)  # the twin is a row of its own; the other rollout's attempt is still there
     finally:
         con.rollback()
+
+
+@pytest.mark.parametrize("block", ["rollout_rows", "state_rows"])
+def test_a_batch_of_rollouts_past_fifty_is_written_by_index(con: duckdb.DuckDBPyConnection, block: str) -> None:
+    """150 stored and 150 new rollouts replaced in one batch (a projector behind the log gets such batches) read
+    about those rows: under DuckDB's default ``dynamic_or_filter_threshold`` (50) the MERGE read all 100,000."""
+    table = "rollouts" if block == "rollout_rows" else "rollout_states"
+    con.begin()
+    try:
+        cursor = con.execute(f"SELECT * FROM {table} LIMIT 150 OFFSET 5000")
+        names = [d[0] for d in cursor.description]
+        stored = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        batch = stored + [dict(stored[0], rollout_id=f"ro-new{i}") for i in range(150)]
+        con.register("batch", pa.Table.from_pylist(batch))
+        read = scans(con, statements(block)[0], {})
+        assert read.get(table, 0) <= 1024, read
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] == ROLLOUTS + 150
+    finally:
+        con.rollback()
+
+
+@pytest.mark.parametrize(
+    ("block", "key"),
+    [("training_done", "attempt_ids"), ("training_rollouts", "rollout_ids"), ("states_of", "rollout_ids")],
+)
+def test_the_lookups_of_a_large_commit_read_by_index(con: duckdb.DuckDBPyConnection, block: str, key: str) -> None:
+    """The training refresh's and the folds' lookups of 300 keys read about those rows: ``IN (SELECT unnest(...))``
+    of more than 50 keys read the whole table (17-45 ms per lookup at 1,000,000 rollouts)."""
+    column = key.removesuffix("s")
+    wanted = [r[0] for r in con.execute(f"SELECT {column} FROM attempts LIMIT 300 OFFSET 7000").fetchall()]
+    sql = blocks.load()[1][block].sql
+    assert len(con.execute(sql, {key: wanted}).fetchall()) >= 300
+    read = scans(con, sql, {key: wanted})
+    assert sum(read.values()) <= 2048, read

@@ -103,7 +103,12 @@ def test_a_cluster_too_small_is_a_clear_error(ray_cluster: Any, ranks: int, stra
 def test_ctrl_c_tears_the_placement_group_down(ray_cluster: Any) -> None:
     address = ray_cluster.get_runtime_context().gcs_address
     command = [sys.executable, "-m", "tests.services.learner.ray_ranks", address]
-    launcher = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # SIGINT at its default, as in a terminal: a job that a script starts in the background (as CI may start the
+    # tests) inherits SIGINT ignored, Python keeps it so, and the launcher never saw the Ctrl-C (both CI failures)
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    launcher = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint
+    )
     assert launcher.stdout is not None
     lines = []
     for line in launcher.stdout:  # ends at the launcher's exit: the test's timeout bounds a hang

@@ -24,7 +24,7 @@ from voltbus.services.storeserver.app import run
 
 from ..conftest import free_port
 from ..services.storeserver.test_routes import al_span, get, post
-from ..store.test_queries import projector
+from ..store.conftest import projector
 from ..test_up import VOLTBUS
 from .test_bus_permissions import auth_dir, role_settings, secured_server, violations  # noqa: F401
 

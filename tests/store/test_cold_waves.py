@@ -21,7 +21,7 @@ from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import Rollout, Store, connect
 
 from ..conftest import free_port, wait_for
-from .test_queries import projector
+from .conftest import projector
 
 DIVERGED = {
     "stream": "control",

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,38 +16,13 @@ import pytest
 from voltbus.schemas.errors import InvalidCommand
 from voltbus.schemas.resources import PromptTemplate
 from voltbus.services.clients.store.queries import SORTABLE, ProjectorUnavailable
-from voltbus.services.projector.app import run
-from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
+from voltbus.services.settings import NatsSettings
 from voltbus.store import AttemptedRollout, EnqueueRolloutRequest, Span, Store, connect
 
 from ..conftest import free_port
+from .conftest import projector
 
 T = TypeVar("T")
-
-
-@asynccontextmanager
-async def projector(nats: NatsSettings, db: Path, **config: Any) -> AsyncIterator[str]:
-    """A projector of ``nats``'s namespace running in this test (``config``: ProjectorSettings fields); yields the URL
-    of its SQL endpoint."""
-    port = free_port()
-    settings = Settings(nats=nats, projector=ProjectorSettings(db=db, port=port, **config))
-    stop, ready = asyncio.Event(), asyncio.Event()
-    serving = asyncio.create_task(run(settings, stop, ready))
-    await asyncio.wait_for(ready.wait(), 20)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop.set()
-        await serving
-
-
-@pytest.fixture
-async def queried(nats_settings: NatsSettings, tmp_path: Path) -> AsyncIterator[Store]:
-    """A store whose queries go to a projector running in this test."""
-    async with projector(nats_settings, tmp_path / "p.duckdb") as url:
-        store = await connect(settings=nats_settings, projector_url=url)
-        yield store
-        await store.close()
 
 
 def in_sql_order(items: list[T], key: Callable[[T], Any], order: str) -> list[T]:

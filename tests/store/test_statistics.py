@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,19 +13,9 @@ from voltbus.services.settings import NatsSettings
 from voltbus.store import EnqueueRolloutRequest, Store, connect
 
 from ..conftest import free_port
-from .test_queries import projector
 from .test_store_api import PROMPT, span, started
 
 COUNTS = ("total_rollouts", "total_resources", "total_workers")
-
-
-@pytest.fixture
-async def projected(nats_settings: NatsSettings, tmp_path: Path) -> AsyncIterator[Store]:
-    """A store whose queries (and statistics) go to a projector running in this test."""
-    async with projector(nats_settings, tmp_path / "p.duckdb") as url:
-        store = await connect(settings=nats_settings, projector_url=url)
-        yield store
-        await store.close()
 
 
 @pytest.fixture
@@ -73,11 +62,11 @@ async def mixed_log(store: Store) -> None:
 
 
 async def test_projected_counts_equal_the_logs_and_no_subject_is_listed(
-    projected: Store, unprojected: Store, monkeypatch: pytest.MonkeyPatch
+    queried: Store, unprojected: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await mixed_log(projected)
-    seen = stream_infos(projected, monkeypatch)
-    stats = await projected.statistics()
+    await mixed_log(queried)
+    seen = stream_infos(queried, monkeypatch)
+    stats = await queried.statistics()
     assert "projector" not in stats
     assert [stats[k] for k in COUNTS] == [3, 1, 2]  # one bundle with two versions, as Agent Lightning counts ids
     assert (stats["total_attempts"], stats["total_spans"], stats["total_span_events"]) == (2, 3, 3)
@@ -89,14 +78,14 @@ async def test_projected_counts_equal_the_logs_and_no_subject_is_listed(
 
 
 async def test_statistics_on_a_long_log_see_the_callers_writes_without_listing_subjects(
-    projected: Store, monkeypatch: pytest.MonkeyPatch
+    queried: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Right after enqueueing thousands of rollouts, the projection's count is the log's (read-your-writes), and the
     stream info answers carry no subject: before, they carried every rollout's."""
     for first in range(0, 3000, 1000):
-        await projected.enqueue_many_rollouts([EnqueueRolloutRequest(input=i) for i in range(first, first + 1000)])
-    seen = stream_infos(projected, monkeypatch)
-    stats = await projected.statistics()
+        await queried.enqueue_many_rollouts([EnqueueRolloutRequest(input=i) for i in range(first, first + 1000)])
+    seen = stream_infos(queried, monkeypatch)
+    stats = await queried.statistics()
     assert (stats["total_rollouts"], stats["total_attempts"], stats["control_events"]) == (3000, 0, 3000)
     assert listed(seen) == [] and all("subjects_filter" not in asked for asked, _ in seen)
 

@@ -16,7 +16,6 @@ import time
 
 import msgspec
 
-from voltbus.projections.ipc import from_ipc
 from voltbus.services.lifecycle import RolloutState
 
 from .queries import _QUERIES, QueryMethods
@@ -77,12 +76,7 @@ class ProjectedStates(QueryMethods):
         """The ``wave_states`` rows of ``rollout_ids``, as the projection stands (no wait for this client's writes:
         what it has not applied is read from the log)."""
         params = {"rollout_ids": rollout_ids, "rollout_prefix": f"{self.settings.namespace}.ro."}
-        body = {"sql": _QUERIES["wave_states"], "params": params, "min_seq": {}, "timeout": ASK_WITHIN_S}
-        url, headers = self._projector("/sql"), self._auth()
-        response = await self._http().post(url, json=body, headers=headers, timeout=ASK_WITHIN_S)
-        if response.status_code != 200:
-            raise ProjectionNotUsed(f"HTTP {response.status_code}: {response.text[:200]}")
-        return from_ipc(response.content).to_pylist()
+        return await self._rows(_QUERIES["wave_states"], params, wait_for_writes=False, timeout=ASK_WITHIN_S)
 
     async def _check_projector(self, bus_id: str) -> None:
         """Refuse a projector of another bus or namespace (its folds would be another log's); asked once."""
@@ -93,12 +87,6 @@ class ProjectedStates(QueryMethods):
         if found.get("namespace") != self.settings.namespace or found.get("bus_id") != bus_id:
             raise ProjectionNotUsed(f"the projector follows {found or response.status_code}, not this bus or namespace")
         self._projection_checked = True
-
-    def _projector(self, path: str) -> str:
-        return self.projector_url.rstrip("/") + path
-
-    def _auth(self) -> dict[str, str] | None:
-        return {"Authorization": f"Bearer {self.projector_token}"} if self.projector_token else None
 
 
 class ProjectionNotUsed(Exception):

@@ -171,15 +171,20 @@ class QueryMethods(StoreBase):
         total = int(rows[0]["total"]) if rows else 0
         return [r for r in rows if r.get("page_position") is not None], total
 
-    async def _rows(self, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """The rows of ``sql`` once the projector has applied this client's writes and the ends it has seen."""
-        deadline = self.settings.query_timeout_s
+    async def _rows(
+        self, sql: str, params: dict[str, Any], *, wait_for_writes: bool = True, timeout: float | None = None
+    ) -> list[dict[str, Any]]:
+        """The rows of ``sql`` once the projector has applied this client's writes and the ends it has seen; with
+        ``wait_for_writes=False``, as the projection stands (``coldwave.py``). ``timeout`` bounds that wait and the
+        whole request; by default the wait gets ``query_timeout_s`` and the request 30 s more, for the SQL."""
+        deadline = self.settings.query_timeout_s if timeout is None else timeout
+        min_seq = self.floors() if wait_for_writes else {}
         # no training table is read here: no wait for training rows of attempts that ended (``training``)
-        body = {"sql": sql, "params": params, "min_seq": self.floors(), "timeout": deadline, "training": False}
-        url = self.projector_url.rstrip("/") + "/sql"
+        body = {"sql": sql, "params": params, "min_seq": min_seq, "timeout": deadline, "training": False}
+        url = self._projector("/sql")
+        within = deadline + 30 if timeout is None else timeout
         try:
-            headers = {"Authorization": f"Bearer {self.projector_token}"} if self.projector_token else None
-            response = await self._http().post(url, json=body, headers=headers, timeout=deadline + 30)  # + the SQL
+            response = await self._http().post(url, json=body, headers=self._auth(), timeout=within)
         except httpx.TransportError as exc:
             raise ProjectorUnavailable(f"no projector answers at {url} ({exc}): start `voltbus projector`") from None
         if response.status_code == 504:
@@ -187,6 +192,14 @@ class QueryMethods(StoreBase):
         if response.status_code != 200:
             raise InvalidCommand(response.json().get("error", response.text))
         return from_ipc(response.content).to_pylist()
+
+    def _projector(self, path: str) -> str:
+        """The URL of ``path`` on the projector."""
+        return self.projector_url.rstrip("/") + path
+
+    def _auth(self) -> dict[str, str] | None:
+        """The projector's bearer token header, if it has one."""
+        return {"Authorization": f"Bearer {self.projector_token}"} if self.projector_token else None
 
     async def _spans_of_finished(self, rollout_ids: list[str]) -> list[dict[str, Any]]:
         """The spans of every attempt of ``rollout_ids``, with a ``latest`` column (``finished.py``)."""

@@ -16,7 +16,7 @@ from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings,
 from voltbus.services.storeserver.app import run
 
 from ...conftest import free_port
-from ...store.test_queries import projector
+from ...store.conftest import projector
 
 AGL = "/v1/agl"
 

@@ -266,21 +266,40 @@ SELECT
 
 -- name: spans_of_finished
 -- Every span of a few finished rollouts, fetched together by a store client when its caller asks for the spans of
--- one of them (Agent Lightning's algorithms query each finished rollout's spans in turn); with whether the span's
--- attempt is its rollout's latest, in query_spans's default order within each rollout.
+-- one of them, $anchor (Agent Lightning's algorithms query each finished rollout's spans in turn); with whether the
+-- span's attempt is its rollout's latest, in query_spans's default order within each rollout.
 -- Read as query_spans reads one rollout's: the rows in the range of stream positions of their activity (a batch finished
--- together lies in a recent range), the rollouts by their key's index.
-WITH bounds AS (
-    SELECT min(first_seq) AS lo, max(last_seq) AS hi FROM attempt_activity WHERE list_contains($rollout_ids, rollout_id)
+-- together lies in a recent range), the rollouts by their key's index. A rollout whose spans lie more than $near
+-- positions from the anchor's is not read (one old rollout among new ones would stretch the range over the whole
+-- table): it comes back as a row with `deferred` true and only its id, to be fetched with its own neighbours.
+WITH each_range AS (
+    SELECT rollout_id, min(first_seq) AS lo, max(last_seq) AS hi FROM attempt_activity
+    WHERE list_contains($rollout_ids, rollout_id)
+    GROUP BY rollout_id
+),
+
+anchor AS (
+    SELECT coalesce(min(lo), 0) AS lo, coalesce(max(hi), 0) AS hi FROM each_range WHERE rollout_id = $anchor
+),
+
+far AS (
+    SELECT each_range.rollout_id FROM each_range, anchor
+    WHERE each_range.rollout_id <> $anchor AND (each_range.hi < anchor.lo - $near OR each_range.lo > anchor.hi + $near)
+),
+
+bounds AS (
+    SELECT min(lo) AS lo, max(hi) AS hi FROM each_range WHERE rollout_id NOT IN (SELECT rollout_id FROM far)
 ),
 
 picked AS (
     SELECT rollout_id, latest_attempt_id FROM rollouts WHERE list_contains($rollout_ids, rollout_id)
 )
 
-SELECT spans.*, spans.attempt_id IS NOT DISTINCT FROM picked.latest_attempt_id AS latest
+SELECT spans.*, spans.attempt_id IS NOT DISTINCT FROM picked.latest_attempt_id AS latest, FALSE AS deferred
 FROM spans
 JOIN bounds ON spans.seq BETWEEN bounds.lo AND bounds.hi
 JOIN picked USING (rollout_id)
-WHERE list_contains($rollout_ids, spans.rollout_id)
-ORDER BY spans.rollout_id, spans.sequence_id NULLS LAST, spans.seq, spans.seq_index;
+WHERE list_contains($rollout_ids, spans.rollout_id) AND spans.rollout_id NOT IN (SELECT rollout_id FROM far)
+UNION ALL BY NAME
+SELECT rollout_id, TRUE AS deferred FROM far
+ORDER BY rollout_id, sequence_id NULLS LAST, seq, seq_index;

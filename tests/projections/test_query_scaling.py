@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from voltbus.projections import blocks
+from voltbus.services.clients.store.finished import NEAR_SPANS
 from voltbus.services.clients.store.queries import _QUERIES, _filters, order_clause
 from voltbus.services.projector.projector import limits
 
@@ -112,10 +113,32 @@ def test_or_logic_still_reads_every_rollout(con: duckdb.DuckDBPyConnection) -> N
 
 def test_spans_of_a_batch_finished_together_are_read_from_its_range(con: duckdb.DuckDBPyConnection) -> None:
     wanted = ids(con, 70_000, 128)
-    rows = con.execute(_QUERIES["spans_of_finished"], {"rollout_ids": wanted}).fetchall()
+    params = {"rollout_ids": wanted, "anchor": wanted[0], "near": NEAR_SPANS}
+    rows = con.execute(_QUERIES["spans_of_finished"], params).fetchall()
     assert len(rows) == 128 * SPANS_EACH
-    read = scans(con, _QUERIES["spans_of_finished"], {"rollout_ids": wanted})
+    read = scans(con, _QUERIES["spans_of_finished"], params)
     assert read["spans"] <= 2 * ROW_GROUP and read["rollouts"] <= 1024, read
+
+
+def test_old_rollouts_in_a_batch_are_deferred_not_read_with_the_whole_table(con: duckdb.DuckDBPyConnection) -> None:
+    """A client that listed old rollouts (e.g. ``query_rollouts(status_in=["succeeded"])``) saw them finished: a fetch
+    of new ones' spans leaves them out instead of reading every span stored between them."""
+    new, old = ids(con, 90_000, 100), ids(con, 0, 20) + ids(con, 40_000, 8)
+    params = {"rollout_ids": [*new[:1], *old, *new[1:]], "anchor": new[0], "near": NEAR_SPANS}
+    rows = fetched(con, params)
+    assert sorted(rid for rid, deferred in rows if deferred) == sorted(old)
+    assert sorted({rid for rid, deferred in rows if not deferred}) == sorted(new)
+    assert len([rid for rid, deferred in rows if not deferred]) == 100 * SPANS_EACH
+    read = scans(con, _QUERIES["spans_of_finished"], params)
+    assert read["spans"] <= 2 * ROW_GROUP, read  # 400,000 when the range spanned the old ones
+    anchored_old = params | {"anchor": old[0]}  # asked about an old one: the new ones wait instead
+    assert {rid for rid, deferred in fetched(con, anchored_old) if deferred} == set(new) | set(old[20:])
+
+
+def fetched(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> list[tuple[str, bool]]:
+    """(rollout id, deferred) of each row ``spans_of_finished`` answers."""
+    sql = _QUERIES["spans_of_finished"].rstrip().rstrip(";")
+    return [(r[0], r[1]) for r in con.execute(f"SELECT rollout_id, deferred FROM ({sql})", params).fetchall()]
 
 
 def statements(block: str) -> list[str]:

@@ -45,3 +45,24 @@ async def test_a_fetch_answers_for_a_while_and_memory_is_bounded(monkeypatch: An
     monkeypatch.setattr(finished, "KEEP_AT_MOST", 3)
     spans.saw(["1", "2", "3", "4", "5"])
     assert list(spans.seen) == ["3", "4", "5"]
+
+
+async def test_a_rollout_deferred_by_the_fetch_is_fetched_with_its_own_neighbours() -> None:
+    """The projector leaves out a rollout stored far from the asked one's spans (``deferred``): it is not answered as
+    having no spans, and a query of it fetches it again with the other deferred ones."""
+    fetches: list[list[str]] = []
+
+    async def fetch(ids: list[str]) -> list[dict[str, Any]]:
+        fetches.append(ids)
+        far = {"old1", "old2"} if ids[0] not in {"old1", "old2"} else set()
+        return [{"rollout_id": rid, "deferred": rid in far} | ({} if rid in far else {"n": 1}) for rid in ids]
+
+    spans = FinishedSpans(Clock())
+    spans.saw(["new1", "old1", "new2", "old2"])
+    assert await spans.rows("new1", fetch) == [{"rollout_id": "new1", "deferred": False, "n": 1}]
+    assert await spans.rows("new2", fetch) == [{"rollout_id": "new2", "deferred": False, "n": 1}]
+    assert spans.knows("old1") and spans.knows("old2")
+    assert await spans.rows("old2", fetch) == [{"rollout_id": "old2", "deferred": False, "n": 1}]
+    assert fetches == [["new1", "old1", "new2", "old2"], ["old2", "old1"]]
+    assert await spans.rows("old1", fetch) == [{"rollout_id": "old1", "deferred": False, "n": 1}]
+    assert len(fetches) == 2  # old1 came with old2's fetch

@@ -24,6 +24,7 @@ from voltbus.services.lifecycle import RolloutState
 from voltbus.services.lifecycle.state import TERMINAL_ROLLOUT
 
 from .base import StoreBase
+from .finished import NEAR_SPANS
 from .types import Attempt, PaginatedResult, ResourcesUpdate, Rollout, Span, Worker
 from .views import rollout_view
 
@@ -202,8 +203,10 @@ class QueryMethods(StoreBase):
         return {"Authorization": f"Bearer {self.projector_token}"} if self.projector_token else None
 
     async def _spans_of_finished(self, rollout_ids: list[str]) -> list[dict[str, Any]]:
-        """The spans of every attempt of ``rollout_ids``, with a ``latest`` column (``finished.py``)."""
-        return await self._rows(_QUERIES["spans_of_finished"], {"rollout_ids": rollout_ids})
+        """The spans of every attempt of ``rollout_ids``, with a ``latest`` column, the first one's and those stored
+        near it; one row with ``deferred`` true for each of the others (``finished.py``)."""
+        params = {"rollout_ids": rollout_ids, "anchor": rollout_ids[0], "near": NEAR_SPANS}
+        return await self._rows(_QUERIES["spans_of_finished"], params)
 
     async def projected_counts(self) -> dict[str, int]:
         """Agent Lightning's ``total_rollouts``, ``total_resources`` (bundle ids), ``total_workers``,

@@ -1,30 +1,21 @@
 -- name: query_rollouts
 -- Rollouts matching Agent Lightning's filters (and/or), with their folded state; one page plus the total.
--- An id list that must hold (and) is also a plain filter of both tables, which DuckDB answers from their keys' indexes:
--- an algorithm's poll of its rollouts in flight reads those, not every rollout ever run (docs/store-queries.md).
-WITH picked AS (
-    SELECT * FROM rollouts
-    WHERE NOT ($use_rollout_id_in AND $logic = 'and') OR list_contains($rollout_id_in, rollout_id)
-),
-
-picked_states AS (
-    SELECT * FROM rollout_states
-    WHERE NOT ($use_rollout_id_in AND $logic = 'and') OR list_contains($rollout_id_in, rollout_id)
-),
-
-rollouts_with_state AS (
-    SELECT picked.*, picked_states.state
-    FROM picked
-    JOIN picked_states USING (rollout_id)
-),
-
-conditions AS (
+-- The filters, the count and the page's pick read `rollouts` alone; the page is picked by ORDER BY ... LIMIT (DuckDB's
+-- Top-N), not numbered by a window over every matching row, and only its rows' states are read, found by the key's
+-- index (a join whose up to 2048 keys DuckDB looks up by index: `dynamic_or_filter_threshold`, projector.limits()).
+-- A listing of finished rollouts then reads 64 states, not a million (docs/store-queries.md).
+-- Every rollout has its state: the projector writes both rows from the same folds in the same commit (`rollout_rows`
+-- and `state_rows` in rollouts.sql, from rows.fold_tables), so the count needs no join with `rollout_states`.
+-- An id list that must hold (and) is also a plain filter of `rollouts`, which DuckDB answers from its key's index:
+-- an algorithm's poll of its rollouts in flight reads those, and their states by the page's join.
+WITH conditions AS (
     SELECT
         *,
         CASE WHEN $use_status_in THEN list_contains($status_in, status) END AS by_status,
         CASE WHEN $use_rollout_id_in THEN list_contains($rollout_id_in, rollout_id) END AS by_ids,
         CASE WHEN $use_rollout_id_contains THEN contains(rollout_id, $rollout_id_contains) END AS by_contains
-    FROM rollouts_with_state
+    FROM rollouts
+    WHERE NOT ($use_rollout_id_in AND $logic = 'and') OR list_contains($rollout_id_in, rollout_id)
 ),
 
 matching AS (
@@ -36,10 +27,16 @@ matching AS (
     END
 ),
 
+-- the order ends with the rollout id (unique): the Top-N's rows, numbered again, keep their places among all matches
 page AS (
-    SELECT state, last_seq, row_number() OVER (ORDER BY {order}) AS page_position FROM matching
-    ORDER BY page_position
-    LIMIT $limit OFFSET $offset
+    SELECT rollout_id, last_seq, $offset + row_number() OVER (ORDER BY {order}) AS page_position
+    FROM (SELECT * FROM matching ORDER BY {order} LIMIT $limit OFFSET $offset)
+),
+
+page_states AS (
+    SELECT rollout_states.state, page.last_seq, page.page_position
+    FROM page
+    JOIN rollout_states USING (rollout_id)
 ),
 
 totals AS (
@@ -47,8 +44,8 @@ totals AS (
 ),
 
 final AS (
-    SELECT page.*, totals.total FROM totals LEFT JOIN page ON TRUE
-    ORDER BY page.page_position
+    SELECT page_states.*, totals.total FROM totals LEFT JOIN page_states ON TRUE
+    ORDER BY page_states.page_position
 )
 
 SELECT * FROM final;
@@ -65,7 +62,7 @@ WITH position AS (
     WHERE stream = 'control' AND NOT EXISTS (SELECT 1 FROM divergences WHERE stream = 'control')
 ),
 
--- the id list filters both tables (as in query_rollouts): a join filtered on one side only read every state
+-- the id list filters both tables: a join filtered on one side only read every state
 found AS (
     SELECT picked.rollout_id, picked.last_seq, picked_states.state
     FROM (SELECT rollout_id, last_seq FROM rollouts WHERE list_contains($rollout_ids, rollout_id)) AS picked

@@ -8,6 +8,7 @@ import itertools
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,7 +17,7 @@ import pytest
 from voltbus.services.eventlog import EventLog
 from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.serving import free_port  # noqa: F401  (tests import it from here)
-from voltbus.services.settings import BusSettings, NatsSettings
+from voltbus.services.settings import BusSettings, NatsSettings, Settings
 
 _names = itertools.count()
 T = TypeVar("T")
@@ -88,6 +89,22 @@ async def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(every)
+
+
+@asynccontextmanager
+async def running(
+    run: Callable[[Settings, asyncio.Event, asyncio.Event], Awaitable[None]], settings: Settings, *, within: float = 30
+) -> AsyncIterator[None]:
+    """A service's ``run(settings, stop, ready)`` running in this test: waits up to ``within`` seconds for it to be
+    ready, and on leaving sets its ``stop`` and awaits it."""
+    stop, ready = asyncio.Event(), asyncio.Event()
+    serving = asyncio.create_task(run(settings, stop, ready))
+    await asyncio.wait_for(ready.wait(), within)
+    try:
+        yield
+    finally:
+        stop.set()
+        await serving
 
 
 def wait_until(condition: Callable[[], T], timeout: float = 10.0, what: str = "condition", every: float = 0.01) -> T:

@@ -25,7 +25,7 @@ from voltbus.services.projector.projector import Projector
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import Store
 
-from ..conftest import free_port, wait_for
+from ..conftest import free_port, running, wait_for
 from .workload import write
 
 LIMIT = "SELECT current_setting('memory_limit') AS limit_"
@@ -67,10 +67,7 @@ async def test_the_limit_reaches_the_projector_its_endpoint_replay_and_sql_on_a_
     port = free_port()
     projector = ProjectorSettings(db=tmp_path / "live.duckdb", port=port, duckdb_memory_limit="96MiB")
     settings = Settings(nats=nats_settings, projector=projector)
-    stop, ready = asyncio.Event(), asyncio.Event()
-    serving = asyncio.create_task(run(settings, stop, ready))
-    try:
-        await asyncio.wait_for(ready.wait(), 20)
+    async with running(run, settings, within=20):
         body = {"sql": LIMIT, "min_seq": await ends_at(store.log), "timeout": 20}
         async with httpx.AsyncClient() as client:
             answer = await client.post(f"http://127.0.0.1:{port}/sql", json=body, timeout=30)
@@ -80,9 +77,6 @@ async def test_the_limit_reaches_the_projector_its_endpoint_replay_and_sql_on_a_
             answer = await client.post(f"http://127.0.0.1:{port}/sql", json={"sql": HUNGRY}, timeout=30)
         assert answer.status_code == 503, answer.text
         assert answer.json()["code"] == "out_of_memory" and "projector.duckdb_memory_limit" in answer.json()["error"]
-    finally:
-        stop.set()
-        await serving
     assert run_sql(settings, LIMIT, db=tmp_path / "live.duckdb").to_pylist() == [{"limit_": "96.0 MiB"}]
     with pytest.raises(QueryRefused) as refused:
         run_sql(settings, HUNGRY, db=tmp_path / "live.duckdb")

@@ -14,7 +14,7 @@ from voltbus.services.projector.app import run
 from voltbus.services.settings import HttpSettings, NatsSettings, ProjectorSettings, Settings
 from voltbus.store import Store
 
-from ..conftest import free_port
+from ..conftest import free_port, running
 from .test_sql_cli import cli
 from .workload import write
 
@@ -23,15 +23,9 @@ from .workload import write
 async def projector(nats: NatsSettings, db: Path, token: str | None = None) -> AsyncIterator[str]:
     """A projector of ``nats``'s namespace serving SQL; yields its URL."""
     port = free_port()
-    stop, ready = asyncio.Event(), asyncio.Event()
     cfg = ProjectorSettings(db=db, port=port, token=token)
-    serving = asyncio.create_task(run(Settings(nats=nats, projector=cfg), stop, ready))
-    try:
-        await asyncio.wait_for(ready.wait(), 30)
+    async with running(run, Settings(nats=nats, projector=cfg), within=30):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        stop.set()
-        await serving
 
 
 def env_of(nats: NatsSettings) -> dict[str, str]:

@@ -19,7 +19,7 @@ from voltbus.services.projector.follow import ends_at
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import Store
 
-from ..conftest import free_port
+from ..conftest import free_port, running
 from .conftest import projected
 from .workload import write
 
@@ -45,15 +45,12 @@ async def test_sql_export_and_replay_on_a_live_system(
     await write(store, 6)
     port = free_port()
     settings = Settings(nats=nats_settings, projector=ProjectorSettings(db=tmp_path / "live.duckdb", port=port))
-    stop, ready = asyncio.Event(), asyncio.Event()
-    serving = asyncio.create_task(run(settings, stop, ready))
     env = {
         "VOLTBUS_PROJECTOR__URL": f"http://127.0.0.1:{port}",
         "VOLTBUS_NATS__URL": nats_settings.url,
         "VOLTBUS_NATS__NAMESPACE": nats_settings.namespace,
     }
-    try:
-        await asyncio.wait_for(ready.wait(), 20)
+    async with running(run, settings, within=20):
         ends = await ends_at(store.log)
         async with httpx.AsyncClient() as client, asyncio.timeout(20):
             while True:  # the endpoint waits until the projection has applied the log's current end
@@ -88,9 +85,6 @@ async def test_sql_export_and_replay_on_a_live_system(
         assert "rebuilt" in replayed.stdout and f"control seq {ends['control']}" in replayed.stdout
         again = await cli("replay", "--db", str(tmp_path / "new.duckdb"), env=env)
         assert again.returncode == 1 and "already exists" in again.stderr
-    finally:
-        stop.set()
-        await serving
     with duckdb.connect(str(tmp_path / "new.duckdb"), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM rollouts").fetchone() == (6,)
     offline = await cli("sql", "SELECT count(*) AS n FROM spans", "--db", str(tmp_path / "live.duckdb"), env=env)

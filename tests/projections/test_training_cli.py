@@ -23,7 +23,7 @@ from voltbus.services.projector.follow import ends_at
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import EnqueueRolloutRequest, Store
 
-from ..conftest import free_port
+from ..conftest import free_port, running
 from .test_training import dump, rebuild
 from .training_workload import write
 
@@ -113,10 +113,7 @@ async def test_data_check_and_export_live_and_from_a_file(store: Store, tmp_path
     settings = Settings(nats=store.log.settings, projector=ProjectorSettings(db=tmp_path / "live.duckdb", port=port))
     settings.projector.max_rows = 5  # exports must page, never stop at the row limit
     env = env_of(store.log.settings, port) | {"VOLTBUS_PROJECTOR__MAX_ROWS": "5"}
-    stop, ready = asyncio.Event(), asyncio.Event()
-    serving = asyncio.create_task(run(settings, stop, ready))
-    try:
-        await asyncio.wait_for(ready.wait(), 20)
+    async with running(run, settings, within=20):
         ends = await ends_at(store.log)
         async with httpx.AsyncClient() as client:
             r = await client.post(
@@ -129,9 +126,6 @@ async def test_data_check_and_export_live_and_from_a_file(store: Store, tmp_path
         assert view.stdout.splitlines()[1:] == ['"train",8,0', '"val",2,1'], view.stdout
         jsonl = await cli("export-training", "--to", str(tmp_path / "all.jsonl"), "--format", "jsonl", env=env)
         assert jsonl.returncode == 0, jsonl.stderr
-    finally:
-        stop.set()
-        await serving
     offline = await cli("data", "check", "--db", str(tmp_path / "live.duckdb"), env=env)
     assert offline.stdout == live.stdout  # the endpoint and the file give the same report
     report = live.stdout

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.conftest import wait_for
+from tests.conftest import running, wait_for
 from tests.security.certs import self_signed
 from tests.services.gateway import conftest as gateway_fixtures
 from tests.services.gateway.conftest import GatewayFactory, model_calls
@@ -191,10 +191,7 @@ async def test_the_gateway_serves_https_with_its_certificate(nats_settings: Nats
     cert, key = self_signed(tmp_path)
     port = free_port()
     cfg = GatewaySettings(port=port, tls_cert=cert, tls_key=key, upstream_url="http://127.0.0.1:9/v1")
-    stop, ready = asyncio.Event(), asyncio.Event()
-    serving_task = asyncio.create_task(gateway_app.run(Settings(nats=nats_settings, gateway=cfg), stop, ready))
-    try:
-        await asyncio.wait_for(ready.wait(), 10)
+    async with running(gateway_app.run, Settings(nats=nats_settings, gateway=cfg), within=10):
         trusted = ssl.create_default_context(cafile=str(cert))
         async with httpx.AsyncClient(verify=trusted) as http:
             health: dict[str, Any] = (await http.get(f"https://127.0.0.1:{port}/healthz")).json()
@@ -204,9 +201,6 @@ async def test_the_gateway_serves_https_with_its_certificate(nats_settings: Nats
                 await http.get(f"http://127.0.0.1:{port}/healthz")
             with pytest.raises(httpx.ConnectError):
                 await http.get(f"https://127.0.0.1:{port}/healthz")
-    finally:
-        stop.set()
-        await serving_task
 
 
 def test_tls_needs_both_the_certificate_and_its_key(tmp_path: Path) -> None:

@@ -4,14 +4,13 @@ give."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import duckdb
 import httpx
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import running
 from tests.projections.conftest import dump, projected
 from tests.projections.workload import write
 from tests.test_cli import one_line_error, run
@@ -75,19 +74,13 @@ async def test_verify_of_a_live_projector_and_its_health(store: Store, tmp_path:
     token = "verify-token"
     projector = ProjectorSettings(db=tmp_path / "p.duckdb", port=port, url=f"http://127.0.0.1:{port}", token=token)
     settings = Settings(nats=store.log.settings, projector=projector)
-    stop, ready = asyncio.Event(), asyncio.Event()
-    running = asyncio.create_task(run_projector(settings, stop, ready))
-    try:
-        await wait_for(ready.is_set, timeout=60, what="the projector")
+    async with running(run_projector, settings, within=60):
         lines: list[str] = []
         assert await verify(settings, None, lines.append) == []
         assert any("verify: control" in line for line in lines), lines
         async with httpx.AsyncClient(base_url=projector.url) as http:
             health = (await http.get("/health")).json()
         assert health["status"] == "ok" and health["missing_tables"] == []
-    finally:
-        stop.set()
-        await running
 
 
 def test_every_table_has_a_digest() -> None:

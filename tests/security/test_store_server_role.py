@@ -4,7 +4,6 @@ are in ``test_bus_permissions.py``), and an auth directory made before the role 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 from collections.abc import AsyncIterator
@@ -22,7 +21,7 @@ from voltbus.services.ops.natsserver import NatsServer
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings, StoreServerSettings
 from voltbus.services.storeserver.app import run
 
-from ..conftest import free_port
+from ..conftest import free_port, running
 from ..services.storeserver.test_routes import al_span, get, post
 from ..store.conftest import projector
 from ..test_up import VOLTBUS
@@ -37,14 +36,8 @@ async def store_server_as_role(nats: NatsSettings, projector_nats: NatsSettings,
         settings = Settings(
             nats=nats, projector=ProjectorSettings(url=projector_url), store_server=StoreServerSettings(port=port)
         )
-        stop, ready = asyncio.Event(), asyncio.Event()
-        serving = asyncio.create_task(run(settings, stop, ready))
-        await asyncio.wait_for(ready.wait(), 30)
-        try:
+        async with running(run, settings, within=30):
             yield f"http://127.0.0.1:{port}"
-        finally:
-            stop.set()
-            await serving
 
 
 @pytest.mark.e2e

@@ -3,7 +3,6 @@ whose queries go to it."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,7 +14,7 @@ from voltbus.services.projector.app import run
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import Store, connect
 
-from ..conftest import free_port
+from ..conftest import free_port, running
 
 
 @pytest.fixture
@@ -32,14 +31,8 @@ async def projector(nats: NatsSettings, db: Path, **config: Any) -> AsyncIterato
     of its SQL endpoint."""
     port = free_port()
     settings = Settings(nats=nats, projector=ProjectorSettings(db=db, port=port, **config))
-    stop, ready = asyncio.Event(), asyncio.Event()
-    serving = asyncio.create_task(run(settings, stop, ready))
-    await asyncio.wait_for(ready.wait(), 20)
-    try:
+    async with running(run, settings, within=20):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        stop.set()
-        await serving
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from voltbus.services.projector.app import run
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings
 from voltbus.store import Store, connect
 
-from ...conftest import free_port
+from ...conftest import free_port, running
 
 
 class ReadOnce(Session):
@@ -42,18 +42,14 @@ class ReadOnce(Session):
 async def session_with_projector(nats: NatsSettings, db: Path) -> AsyncIterator[ReadOnce]:
     port = free_port()
     projector = ProjectorSettings(db=db, port=port, url=f"http://127.0.0.1:{port}")
-    stop, ready = asyncio.Event(), asyncio.Event()
-    serving = asyncio.create_task(run(Settings(nats=nats, projector=projector), stop, ready))
-    store = await connect(settings=nats)
-    session = ReadOnce(store, "run-rows", projector)
-    try:
-        await asyncio.wait_for(ready.wait(), 30)
-        yield session
-    finally:
-        await session.close()
-        await store.close()
-        stop.set()
-        await serving
+    async with running(run, Settings(nats=nats, projector=projector), within=30):
+        store = await connect(settings=nats)
+        session = ReadOnce(store, "run-rows", projector)
+        try:
+            yield session
+        finally:
+            await session.close()
+            await store.close()
 
 
 @pytest.fixture

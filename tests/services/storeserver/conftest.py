@@ -3,7 +3,6 @@ projector behind its queries; ``http`` talks to it over real HTTP."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 from voltbus.services.settings import NatsSettings, ProjectorSettings, Settings, StoreServerSettings
 from voltbus.services.storeserver.app import run
 
-from ...conftest import free_port
+from ...conftest import free_port, running
 from ...store.conftest import projector
 
 AGL = "/v1/agl"
@@ -38,21 +37,15 @@ async def store_server(nats: NatsSettings, db: Path, **config: Any) -> AsyncIter
             projector=ProjectorSettings(url=projector_url),
             store_server=StoreServerSettings(port=port, **config),
         )
-        stop, ready = asyncio.Event(), asyncio.Event()
-        serving = asyncio.create_task(run(settings, stop, ready))
-        await asyncio.wait_for(ready.wait(), 30)
-        try:
+        async with running(run, settings, within=30):
             yield Served(f"http://127.0.0.1:{port}", projector_url)
-        finally:
-            stop.set()
-            await serving
 
 
 @pytest.fixture
 async def served(nats_settings: NatsSettings, tmp_path: Path) -> AsyncIterator[Served]:
     """A store server with no token, on loopback."""
-    async with store_server(nats_settings, tmp_path / "p.duckdb") as running:
-        yield running
+    async with store_server(nats_settings, tmp_path / "p.duckdb") as server:
+        yield server
 
 
 @pytest.fixture

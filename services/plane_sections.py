@@ -9,7 +9,7 @@ from typing import TypedDict
 import platformdirs
 from pydantic import BaseModel, Field, field_validator
 
-from .sizes import memory_limit
+from .sizes import memory_limit, size
 
 
 class CoordinatorSettings(BaseModel):
@@ -91,6 +91,13 @@ class ProjectorSettings(BaseModel):
     share it; ``voltbus replay`` and ``voltbus sql --db`` use it too. Past it DuckDB evicts cached table blocks and
     spills large queries to ``<db>.tmp``; a query that cannot fit gets 503 ``out_of_memory``, a batch that cannot is
     applied again after a pause, with an error naming this setting (docs/projections.md, "DuckDB's memory")."""
+    duckdb_checkpoint_threshold: str = "256MiB"
+    """Size of the write-ahead log past which DuckDB checkpoints the projector's database
+    (``VOLTBUS_PROJECTOR__DUCKDB_CHECKPOINT_THRESHOLD``; DuckDB's own default is ``16MiB``). A checkpoint writes the
+    indexes of every table it touches whole (duckdb/duckdb#24848): at 1,000,000 rollouts one cost 0.7–10.6 s of the
+    writer's time, about every 100 commits at 16 MiB (BENCHMARKS.md, issue 25). A larger log makes them rarer; it is
+    replayed when the projector starts (about 1.5 s for 100 MiB at 1,000,000 rollouts) and its changes stay in
+    DuckDB's memory until the checkpoint. ``voltbus replay`` uses it too."""
     max_rows: int = 100_000
     """Most rows one SQL query returns over the endpoint (a clear error past it)."""
     max_result_bytes: int = Field(default=64 << 20, ge=1)
@@ -113,6 +120,12 @@ class ProjectorSettings(BaseModel):
     def _memory_limit(cls, value: str) -> str:
         """A size DuckDB parses, of at least ``MIN_MEMORY``, or a percentage in (0, 100]."""
         return memory_limit(value)
+
+    @field_validator("duckdb_checkpoint_threshold")
+    @classmethod
+    def _checkpoint_threshold(cls, value: str) -> str:
+        """A size with a unit, as DuckDB parses it."""
+        return size(value, "checkpoint threshold")
 
     @property
     def auth_headers(self) -> dict[str, str]:

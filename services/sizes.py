@@ -11,6 +11,21 @@ _PERCENT = re.compile(r"\s*(\d+(?:\.\d+)?)\s*%\s*")
 _UNITS = {"b": 1, "bytes": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
 
 
+def size(value: str, what: str) -> str:
+    """``value`` when it is a size with a unit as DuckDB takes it, else a ``ValueError`` naming ``what``.
+
+    >>> size("256MiB", "checkpoint threshold")
+    '256MiB'
+    >>> size("256", "checkpoint threshold")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: checkpoint threshold '256': expected a size with a unit (256MiB, 1GB)
+    """
+    if _SIZE.fullmatch(value) is None:
+        raise ValueError(f"{what} {value!r}: expected a size with a unit (256MiB, 1GB)")
+    return value
+
+
 def memory_limit(value: str) -> str:
     """``value`` when it is a DuckDB memory limit the projector can work with, else a ``ValueError`` that says why.
 

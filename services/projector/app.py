@@ -300,6 +300,7 @@ async def _run(
         threads=cfg.duckdb_threads,
         refresh_interval=cfg.training_refresh_s,
         memory_limit=cfg.duckdb_memory_limit,
+        checkpoint_threshold=cfg.duckdb_checkpoint_threshold,
     )
     progress, queries = Progress(projector), Queries(settings, projector)
     app = build_app(settings, projector, progress, queries, await bus_id(eventlog.nc, settings.nats))

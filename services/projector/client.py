@@ -185,7 +185,12 @@ async def rebuild(
         # live projector does (telemetry of attempts that ended before its checkpoint makes their rows again)
         cfg = settings.projector
         projector = Projector(
-            db, adapter, defer_training=not going_on, threads=cfg.duckdb_threads, memory_limit=cfg.duckdb_memory_limit
+            db,
+            adapter,
+            defer_training=not going_on,
+            threads=cfg.duckdb_threads,
+            memory_limit=cfg.duckdb_memory_limit,
+            checkpoint_threshold=cfg.duckdb_checkpoint_threshold,
         )
         stack.callback(projector.close)
         return await rebuild_into(settings, projector, log_, ends, say, label, every, forks)

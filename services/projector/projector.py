@@ -59,13 +59,17 @@ table: 17-40 ms per statement at 1,000,000 rollouts, where a live projector's ba
 2048 is DuckDB's ``index_scan_max_count``: past it a scan is DuckDB's own choice."""
 
 
-def limits(threads: int = 0, memory_limit: str | None = None) -> dict[str, str | int]:
-    """DuckDB's settings of a connection with ``threads`` workers (0: DuckDB's default) and ``memory_limit``, and
-    joins that find up to ``JOINED_KEYS_BY_INDEX`` keys by index."""
+def limits(
+    threads: int = 0, memory_limit: str | None = None, checkpoint_threshold: str | None = None
+) -> dict[str, str | int]:
+    """DuckDB's settings of a connection with ``threads`` workers (0: DuckDB's default), ``memory_limit`` and
+    ``checkpoint_threshold`` (None: DuckDB's defaults), and joins that find up to ``JOINED_KEYS_BY_INDEX`` keys by
+    index."""
     return (
         {"dynamic_or_filter_threshold": JOINED_KEYS_BY_INDEX}
         | ({"threads": threads} if threads else {})
         | ({"memory_limit": memory_limit} if memory_limit else {})
+        | ({"checkpoint_threshold": checkpoint_threshold} if checkpoint_threshold else {})
     )
 
 
@@ -114,11 +118,13 @@ class Projector:
         threads: int = 1,
         refresh_interval: float = 0.0,
         memory_limit: str | None = None,
+        checkpoint_threshold: str | None = None,
     ) -> None:
         """``threads``: DuckDB's worker threads for this database (0: DuckDB's default, one per core);
         ``refresh_interval``: the shortest time between two training refreshes of a live projection (0: each in
         the commit that makes it due); ``memory_limit``: DuckDB's (None: DuckDB's default, 80% of the machine);
-        see ``ProjectorSettings.duckdb_threads``, ``training_refresh_s`` and ``duckdb_memory_limit``."""
+        ``checkpoint_threshold``: DuckDB's (None: its default, 16 MiB); see ``ProjectorSettings.duckdb_threads``,
+        ``training_refresh_s``, ``duckdb_memory_limit`` and ``duckdb_checkpoint_threshold``."""
         self.path = Path(path)
         self.memory_limit = memory_limit
         self.refresh_interval = refresh_interval
@@ -137,7 +143,7 @@ class Projector:
         self.applied = 0
         self._preparers: dict[str, Preparer] = {}
         prepare_file(self.path)
-        self.con = duckdb.connect(str(self.path), config=SAFETY | limits(threads, memory_limit))
+        self.con = duckdb.connect(str(self.path), config=SAFETY | limits(threads, memory_limit, checkpoint_threshold))
         for block in self.schemas:
             self.con.execute(block.sql)
         self.con.execute("INSERT OR IGNORE INTO projection_meta VALUES ('version', ?)", [str(PROJECTION_VERSION)])

@@ -54,6 +54,34 @@ def test_a_bad_memory_limit_is_refused_when_the_settings_load(
     assert "duckdb_memory_limit" in str(refused.value) and why in str(refused.value)
 
 
+def test_the_checkpoint_threshold_is_a_size_and_reaches_the_projectors_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past DuckDB's default 16 MiB of write-ahead log a commit checkpoints, writing every index of the tables it
+    touched whole; the projector's database waits for ``duckdb_checkpoint_threshold`` (BENCHMARKS.md, issue 25)."""
+    assert ProjectorSettings().duckdb_checkpoint_threshold == "256MiB"
+    monkeypatch.setenv("VOLTBUS_PROJECTOR__DUCKDB_CHECKPOINT_THRESHOLD", "256")
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    assert "duckdb_checkpoint_threshold" in str(refused.value) and "expected a size with a unit" in str(refused.value)
+    wal = tmp_path / "p.duckdb.wal"
+    for threshold, checkpointed in (("16MiB", True), ("256MiB", False)):
+        wal.unlink(missing_ok=True)
+        (tmp_path / "p.duckdb").unlink(missing_ok=True)
+        projector = Projector(tmp_path / "p.duckdb", checkpoint_threshold=threshold)
+        try:
+            assert projector.con.execute("SELECT current_setting('checkpoint_threshold')").fetchone() == (
+                threshold.replace("MiB", ".0 MiB"),
+            )
+            projector.con.execute("CREATE TABLE filler (s VARCHAR)")
+            for _ in range(24):  # commits of about 1 MiB each
+                projector.con.execute("INSERT INTO filler SELECT repeat('x', 1000) || i FROM range(1000) t(i)")
+            logged = wal.stat().st_size if wal.exists() else 0
+            assert (logged < 16 << 20) is checkpointed, (threshold, logged)  # ~24 MiB logged, or written out
+        finally:
+            projector.close()
+
+
 def test_the_default_limit_and_good_values() -> None:
     assert ProjectorSettings().duckdb_memory_limit == "1GiB"
     for good in ("512MiB", "2GB", "2 gb", "25%", "12.5%", "1TB"):

@@ -73,17 +73,25 @@ async def eventlog(nats_settings: NatsSettings) -> AsyncIterator[EventLog]:
     await log.close()
 
 
+CHECK_GRACE_S = 5.0
+"""How long past ``wait_for``'s deadline a check begun before it may take to answer."""
+
+
 async def wait_for(
     condition: Callable[[], T | Awaitable[T]], timeout: float = 10.0, what: str = "condition", every: float = 0.01
 ) -> T:
     """Wait until ``condition()`` holds (it may be a coroutine function: another process's state, read
     from the log or an HTTP endpoint), checking every ``every`` seconds, or fail after ``timeout``;
-    returns what it returned (truthy). An exception it raises (a process that exited) ends the wait."""
+    returns what it returned (truthy). An exception it raises (a process that exited) ends the wait, and so does a
+    check that does not return itself: it gets the time left and ``CHECK_GRACE_S`` more."""
     deadline = time.monotonic() + timeout
     while True:
         result = condition()
         if inspect.isawaitable(result):
-            result = await result
+            try:
+                result = await asyncio.wait_for(result, max(deadline - time.monotonic(), 0) + CHECK_GRACE_S)
+            except TimeoutError:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}: its check hung") from None
         if result:
             return result  # type: ignore[return-value]
         if time.monotonic() > deadline:

@@ -58,7 +58,7 @@ async def latest(server: NatsServer, auth_dir: Path) -> snapshot.Snapshot:  # no
     """The snapshot the coordinator would load, read by the coordinator's user."""
     store: Store = await connect(settings=role_settings(server, auth_dir, "coordinator"))
     try:
-        return snapshot.decode((await (await store.log.js.object_store(BUCKET)).get(snapshot.OBJECT)).data or b"")
+        return snapshot.decode(await snapshot.fetch(store))
     finally:
         await store.close()
 

@@ -129,12 +129,13 @@ async def test_a_long_catch_up_is_snapshotted_at_once_and_a_stop_writes_the_last
 
 
 async def stored(store: Store, seq: int) -> bool:
-    """Whether the latest snapshot is at ``seq`` or later."""
+    """Whether the latest snapshot is at ``seq`` or later: read as a starting coordinator reads it, so that a read
+    whose chunks a running coordinator's next write replaced ends (retried or timed out) instead of hanging."""
     try:
-        found = await (await store.log.js.object_store(store.topology.snapshots_bucket)).get(snapshot.OBJECT)
-    except Exception:  # no bucket or object yet
+        found = await snapshot.fetch(store)
+    except Exception:  # no bucket or object yet, or a read that lost the race twice
         return False
-    return snapshot.decode(found.data or b"").seq >= seq
+    return snapshot.decode(found).seq >= seq
 
 
 async def replaced_log(nats_settings: NatsSettings, rollouts: int) -> Store:

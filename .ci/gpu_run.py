@@ -43,10 +43,22 @@ def tasks(count: int, seed: int) -> list[dict[str, int]]:
     return [{"id": f"{seed}-{i}", "a": rng.randrange(50), "b": rng.randrange(50)} for i in range(count)]
 
 
+def model_dir(given: str, lora_rank: int) -> Path:
+    """``given``, or for ``auto`` the largest model whose run fits the GPU (``gpu_models.py``, beside this file)."""
+    if given != "auto":
+        return Path(given)
+    from voltbus.services.clients.model.pretrained import MODELS, default_models_dir
+    from voltbus.trainer.example import load_module
+
+    models = load_module(Path(__file__).with_name("gpu_models.py"), "voltbus_ci_gpu_models")
+    smollm2 = default_models_dir() / MODELS["smollm2"]  # voltbus model fetch smollm2's, when converted
+    return models.pick([smollm2] if smollm2.is_dir() else [], "lora" if lora_rank else "full")
+
+
 def main(argv: list[str] | None = None, settings: Settings | None = None) -> dict[str, Any]:
     """Train, print the figures' line, and return the figures (``settings``: a test's bus; default: a fresh one)."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", type=Path, required=True, help="a Hugging Face model directory")
+    parser.add_argument("--model", required=True, help="a Hugging Face model directory, or auto: the largest that fits")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--budget-s", type=float, default=180.0, help="stop training after this many seconds")
     parser.add_argument("--tasks-per-step", type=int, default=16)
@@ -59,6 +71,7 @@ def main(argv: list[str] | None = None, settings: Settings | None = None) -> dic
     parser.add_argument("--device", default="cuda", help="voltbus inference's torch device")
     parser.add_argument("--runners", type=int, default=64)
     args = parser.parse_args(argv)
+    args.model = model_dir(args.model, args.lora_rank)
     settings = settings or example_settings("gpu")
     settings.inference.device = args.device
     settings.inference.max_batch_rows = 256
@@ -85,8 +98,9 @@ def main(argv: list[str] | None = None, settings: Settings | None = None) -> dic
         "step_s_mean": sum(m["time_step_s"] for m in steps) / max(len(steps), 1),
         "wall_s": time.monotonic() - started,
     }
+    what = f"LoRA rank {args.lora_rank}" if args.lora_rank else "full weights"
     print(
-        f"gpu run: {args.model.name}: validation reward {figures['reward_before']:.3f} -> "
+        f"gpu run: {args.model.name}, {what}: validation reward {figures['reward_before']:.3f} -> "
         f"{figures['reward_after']:.3f} after {len(steps)} GRPO steps; sampling {figures['sampling_tokens_per_s']:.0f} "
         f"tokens/s, update {figures['update_tokens_per_s']:.0f} tokens/s, {figures['step_s_mean']:.1f} s/step, "
         f"{figures['wall_s']:.0f} s in all"

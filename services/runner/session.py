@@ -30,7 +30,7 @@ async def open_sessions(store: Store, worker_ids: list[str]) -> list[tuple[str, 
             pair = (worker.current_rollout_id, worker.current_attempt_id)
             if await settle(store, worker.worker_id, *pair):
                 settled.append(pair)
-    session, stats = new_id("ws", 12), host_stats()
+    session, stats = new_id("ws", 8), host_stats()
     await asyncio.gather(*(store.start_worker_session(w, session, stats) for w in worker_ids))
     return settled
 

@@ -113,7 +113,7 @@ def requests(n: int) -> list[EnqueueRolloutRequest]:
 def queued_events(n: int) -> list[AnyEvent]:
     """RolloutQueued events built as ``enqueue_many_rollouts`` builds them (before timing)."""
     now = time.time()
-    cmds = [QueueRollout(rollout_id=new_id("ro", 12), input=to_json(task(i)), at=now) for i in range(n)]
+    cmds = [QueueRollout(rollout_id=new_id("ro", 10), input=to_json(task(i)), at=now) for i in range(n)]
     return [decider.decide(c, decider.initial_state())[0] for c in cmds]
 
 

@@ -28,7 +28,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from voltbus.schemas import codec
 from voltbus.schemas.commands import ClaimRollout, FinishAttempt, QueueRollout
 from voltbus.schemas.spans import SpanStatus
 from voltbus.schemas.subjects import subject_for
+from voltbus.services.clients.store.base import ID_EPOCH, TIME_HEX
 from voltbus.services.clients.store.spans import events_of
 from voltbus.services.clients.store.types import Span
 from voltbus.services.clients.telemetry.attributes import flatten_attributes, sanitize_attributes
@@ -57,6 +57,11 @@ ROOT = Path(__file__).resolve().parents[2]
 VOLTBUS = str(Path(sys.executable).with_name("voltbus"))
 WORKERS = 16
 """Runner slots the rollouts are spread over (one signing key per slot)."""
+
+
+def ordered_id(prefix: str, at: float, random_hex: str) -> str:
+    """The store's id (``new_id``) for a rollout or attempt made at ``at``, its random part from the seeded rng."""
+    return f"{prefix}-{int((at - ID_EPOCH) * 1000) % 16**TIME_HEX:0{TIME_HEX}x}{random_hex}"
 
 
 def _hex(rng: random.Random, n: int) -> str:
@@ -141,7 +146,7 @@ class Builder:
     async def chunk(self, first: int, n: int, at: float) -> None:
         """Write rollouts ``first`` .. ``first + n - 1``: queued, claimed, their spans, succeeded."""
         rng = self.rng
-        ids = [f"ro-{uuid.UUID(int=rng.getrandbits(128)).hex[:12]}" for _ in range(n)]
+        ids = [ordered_id("ro", at + k * 1e-3, _hex(rng, 10)) for k in range(n)]  # as new_id makes them
         deciders = [self.deciders[(first + k) % WORKERS] for k in range(n)]
         states, queued = [], []
         for k, rid in enumerate(ids):
@@ -156,7 +161,7 @@ class Builder:
             d = deciders[k]
             cmd = ClaimRollout(
                 rollout_id=rid,
-                attempt_id=f"at-{_hex(rng, 8)}",
+                attempt_id=ordered_id("at", at + k * 1e-3, _hex(rng, 8)),
                 dispatch_event_id=queued[k].event_id,
                 worker_id=f"worker-{(first + k) % WORKERS}",
                 at=at + 1 + k * 1e-3,

@@ -74,7 +74,7 @@ class ResourceMethods(StoreBase):
 
     async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
         """Publish a new bundle (version 1) under a fresh id; it becomes the latest."""
-        return await self._publish(new_id("rs", 12), resources)
+        return await self._publish(new_id("rs", 8), resources)
 
     async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
         """Publish the next version of a bundle (version 1 if it is new); it becomes the latest."""

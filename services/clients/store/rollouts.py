@@ -75,7 +75,7 @@ class RolloutMethods(StoreBase):
         if checked.runner_group:  # made before the rollout is queued, so the group's consumer holds it
             await self._ensure_group_consumer(checked.runner_group)
         return QueueRollout(
-            rollout_id=chosen_id(rollout_id) if rollout_id else new_id("ro", 12),
+            rollout_id=chosen_id(rollout_id) if rollout_id else new_id("ro", 10),
             input=to_json(input, "rollout input"),
             mode=mode,  # type: ignore[arg-type]
             resources_id=resources_id or latest,
@@ -127,7 +127,7 @@ class RolloutMethods(StoreBase):
         """Create a rollout with attempt 1 already ``preparing``, bypassing the queue."""
         latest = await self._latest_resources_id() if resources_id is None else None
         cmd = StartRollout(
-            rollout_id=new_id("ro", 12),
+            rollout_id=new_id("ro", 10),
             attempt_id=new_id("at", 8),
             input=to_json(input, "rollout input"),
             mode=mode,

@@ -46,8 +46,8 @@ def new_id(prefix: str, random_hex: int, now: float | None = None) -> str:
         millis, last = _millis(time.time()), _LAST.get(prefix)
         if last is not None and millis <= last[0] and last[1] + 1 < 16**random_hex:
             millis, rand = last[0], last[1] + 1
-        else:
-            rand = secrets.randbits(4 * random_hex)
+        else:  # the top bit clear: counting on within a millisecond cannot run out of digits
+            rand = secrets.randbits(4 * random_hex - 1)
         _LAST[prefix] = (millis, rand)
     return _shape(prefix, millis, rand, random_hex)
 

@@ -59,8 +59,9 @@ def chat(tok: PreTrainedTokenizerFast, system: str, rng: random.Random) -> list[
     return [(prompt.removeprefix(tok.bos_token), False), (answer + tok.eos_token, True)]
 
 
-def build_stand_in(path: Path, system: str, seed: int = 0, warm_steps: int = 40) -> Path:
-    """Write the stand-in's model directory (about 1 MB) to ``path``, warm-started on chats with ``system``."""
+def build_stand_in(path: Path, system: str, seed: int = 0, warm_steps: int = 40, positions: int = 256) -> Path:
+    """Write the stand-in's model directory (about 1 MB) to ``path``, warm-started on chats with ``system``;
+    ``positions``: its context length (a multi-turn chat with worked examples needs about 1,024)."""
     tok = build_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tok),
@@ -69,7 +70,7 @@ def build_stand_in(path: Path, system: str, seed: int = 0, warm_steps: int = 40)
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=256,
+        max_position_embeddings=positions,
         tie_word_embeddings=True,
         bos_token_id=1,
         eos_token_id=2,

@@ -13,6 +13,7 @@ from voltbus.model import build_tokenizer
 from voltbus.projections.adapter import AdapterSettings, AttemptInput, CallRow, RewardRow, adapt
 from voltbus.schemas.spans import ModelCalled, RewardReported
 from voltbus.services.eventlog import Envelope
+from voltbus.services.learner.session import Session
 from voltbus.services.settings import NatsSettings
 from voltbus.store import connect
 from voltbus.trainer import GRPO, Trainer
@@ -46,9 +47,16 @@ async def test_one_grpo_step_stitches_tool_rollouts_into_one_row(nats_settings: 
     settings.nats = nats_settings.model_copy(update={"request_timeout_s": 30.0})  # model loads on the loop
     algo = GRPO(model_dir=run.MODEL, steps=1, tasks_per_step=2, group_size=4, weights_dir=tmp_path / "weights")
     trainer = Trainer(algorithm=algo, n_runners=16, settings=settings, say=lambda _: None)
+
+    async def inspect(session: Session) -> list[dict[str, object]]:  # the live projection, before it is deleted
+        sql = "SELECT mode, count(*) AS attempts FROM training_attempts WHERE starts_with(task_id, $run) GROUP BY mode"
+        return (await session.query(sql, {"run": f"{session.run_id}:"})).to_pylist()
+
+    algo.inspect = inspect
     result = await algo.fit(trainer, agent.math_agent, agent.tasks(2, seed=0), agent.tasks(6, seed=1))
     [step] = result["steps"]
     assert step["rollouts_trained"] == 8 and 0.0 <= step["reward_mean"] <= 1.0
+    assert result["inspected"] == [{"mode": "train", "attempts": 8}]  # the batch's conversations, not validation's
     store = await connect(settings=settings.nats)
     try:
         events = [(e.seq, e.event) async for e in store.log.telemetry() if isinstance(e, Envelope)]

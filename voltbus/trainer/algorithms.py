@@ -5,7 +5,7 @@ module never loads torch; ``GRPO.fit`` does."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
@@ -68,6 +68,9 @@ class GRPO:
         self.result: dict[str, Any] = {}
         self.validate_before = True
         """Validate on ``val`` before training too (verl's ``trainer.val_before_train``)."""
+        self.inspect: Callable[[Session], Awaitable[Any]] | None = None
+        """Called with the run's session after the last validation, while the system still runs (its projection
+        answers ``session.query``); what it returns is the result's ``inspected``."""
 
     async def fit(self, trainer: TrainerView, agent: Any, train: list[Any], val: list[Any]) -> dict[str, Any]:
         """Train; evaluate on ``val`` before and after when given; returns the run id and the evaluations."""
@@ -91,6 +94,7 @@ class GRPO:
                 before = await validate(session, val if self.validate_before else [], loop, False, trainer.say)
                 await loop.run(session, train, trainer.say)
                 after = await validate(session, val, loop, True, trainer.say)
+                inspected = await self.inspect(session) if self.inspect is not None else None
             finally:
                 await session.close()
                 await store.close()
@@ -100,6 +104,7 @@ class GRPO:
             "after": after,
             "steps": loop.curve,
             "namespace": wired.nats.namespace,
+            **({"inspected": inspected} if self.inspect is not None else {}),
         }
         return self.result
 

@@ -130,7 +130,11 @@ async def test_query_resources_and_workers(queried: Store) -> None:
     listed = await queried.query_resources()
     assert [(x.resources_id, x.version) for x in listed] == [(a.resources_id, 2), (b.resources_id, 1)]
     assert listed[0].resources["p"].template == "v2" and listed[0].create_time == a.create_time
-    only = await queried.query_resources(resources_id_contains=b.resources_id[-4:])
+    # the shortest tail of b's id that a's id does not contain (ids share their leading time digits)
+    tail = next(
+        b.resources_id[-n:] for n in range(4, len(b.resources_id) + 1) if b.resources_id[-n:] not in a.resources_id
+    )
+    only = await queried.query_resources(resources_id_contains=tail)
     assert [x.resources_id for x in only] == [b.resources_id]
     await setup_rollouts(queried)
     await queried.update_worker("w-b", {"cpu_usage_pct": 5.0})
